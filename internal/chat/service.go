@@ -1,0 +1,118 @@
+// Package chat is Parley's domain logic, written once above the store: sending with
+// idempotency, gapless per-conversation seqs, write fanout of sync events, read and delivered
+// positions that never move backwards, receipts, unread counts, recall, delete-for-me,
+// groups, snapshots and cursor sync. Every mutation runs inside one store.Update, so a
+// message, its seq and every event it produces commit together; committed events are then
+// handed to the hub for live delivery.
+package chat
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// Config holds the chat rules an operator may tune.
+type Config struct {
+	RecallWindow    time.Duration // how long a sender may recall a message; default 24h
+	EventRetention  time.Duration // how long sync events are kept; default 30 days
+	MaxGroupMembers int           // largest group; default 500 (larger groups need read fanout)
+	DefaultTokenTTL time.Duration // default 30 days
+}
+
+// DefaultConfig returns the defaults of PROTOCOL.md.
+func DefaultConfig() Config {
+	return Config{
+		RecallWindow:    24 * time.Hour,
+		EventRetention:  30 * 24 * time.Hour,
+		MaxGroupMembers: 500,
+		DefaultTokenTTL: 30 * 24 * time.Hour,
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.RecallWindow < 0:
+		return fmt.Errorf("recall window must not be negative")
+	case c.EventRetention <= 0:
+		return fmt.Errorf("event retention must be positive")
+	case c.MaxGroupMembers < 2:
+		return fmt.Errorf("max group members must be at least 2")
+	case c.DefaultTokenTTL <= 0:
+		return fmt.Errorf("default token ttl must be positive")
+	}
+	return nil
+}
+
+// Identity is an authenticated caller: one user on one device.
+type Identity struct {
+	UserID   string
+	DeviceID string
+}
+
+// Service implements every chat operation. It is safe for concurrent use.
+type Service struct {
+	st     store.Store
+	hub    *hub.Hub
+	signer *auth.Signer
+	cfg    Config
+	now    func() time.Time
+	log    *slog.Logger
+	obs    Observer
+}
+
+// Observer receives measurements; the metrics package implements it. Methods must be cheap
+// and safe for concurrent use.
+type Observer interface {
+	MessageStored(d time.Duration, duplicate bool)
+	EventsCommitted(n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) MessageStored(time.Duration, bool) {}
+func (nopObserver) EventsCommitted(int)               {}
+
+// Options are the dependencies of a Service.
+type Options struct {
+	Store    store.Store
+	Hub      *hub.Hub
+	Signer   *auth.Signer
+	Config   Config
+	Now      func() time.Time // default time.Now
+	Logger   *slog.Logger     // default slog.Default()
+	Observer Observer         // default: none
+}
+
+// New returns a Service. It does not start background work; call RunRetention for that.
+func New(o Options) *Service {
+	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	if s.hub == nil {
+		s.hub = hub.New()
+	}
+	return s
+}
+
+// Hub returns the hub the service publishes committed events to.
+func (s *Service) Hub() *hub.Hub { return s.hub }
+
+func (s *Service) nowMS() int64 { return s.now().UnixMilli() }
+
+var _ = context.Background
+var _ = protocol.TypeDirect

@@ -1,0 +1,137 @@
+// Package hub delivers committed sync events to the subscribers of one process: the open
+// WebSocket connections and waiting long-polls of each user. It holds no state that matters
+// for correctness: a subscriber that misses an event (overflow, reconnect) re-reads the
+// durable log by cursor, so the hub never blocks a publisher.
+package hub
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// Reasons a subscription ends.
+var (
+	// ErrOverflow: the subscriber fell behind by more than its buffer.
+	ErrOverflow = errors.New("hub: subscriber too slow")
+	// ErrKicked: the user's tokens were revoked.
+	ErrKicked = errors.New("hub: tokens revoked")
+	// ErrClosed: the subscriber closed it, or the hub shut down.
+	ErrClosed = errors.New("hub: closed")
+)
+
+// Hub routes events to subscriptions by user. The zero value is not usable; call New.
+type Hub struct {
+	mu   sync.Mutex // guards subs
+	subs map[string]map[*Subscription]struct{}
+}
+
+// New returns an empty hub.
+func New() *Hub {
+	return &Hub{subs: make(map[string]map[*Subscription]struct{})}
+}
+
+// Subscription receives the events published for one user after it was created.
+type Subscription struct {
+	hub    *Hub
+	userID string
+	ch     chan protocol.SyncEvent
+	done   chan struct{}
+
+	mu  sync.Mutex // guards err; done is closed exactly once, when err is set
+	err error
+}
+
+// Subscribe registers a subscription for userID with room for buffer pending events.
+func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
+	if buffer < 1 {
+		buffer = 1
+	}
+	s := &Subscription{hub: h, userID: userID, ch: make(chan protocol.SyncEvent, buffer), done: make(chan struct{})}
+	h.mu.Lock()
+	m := h.subs[userID]
+	if m == nil {
+		m = make(map[*Subscription]struct{})
+		h.subs[userID] = m
+	}
+	m[s] = struct{}{}
+	h.mu.Unlock()
+	return s
+}
+
+// Publish hands events (one user's, ascending by cursor) to every subscription of userID.
+// It never blocks: a subscription without room is ended with ErrOverflow.
+func (h *Hub) Publish(userID string, events []protocol.SyncEvent) {
+	if len(events) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[userID] {
+		for _, ev := range events {
+			select {
+			case s.ch <- ev:
+			default:
+				h.endLocked(s, ErrOverflow)
+			}
+		}
+	}
+}
+
+// Kick ends every subscription of userID with ErrKicked.
+func (h *Hub) Kick(userID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[userID] {
+		h.endLocked(s, ErrKicked)
+	}
+}
+
+// Subscribers returns how many subscriptions are open, for metrics.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.subs {
+		n += len(m)
+	}
+	return n
+}
+
+// endLocked removes s and records why. h.mu must be held.
+func (h *Hub) endLocked(s *Subscription, err error) {
+	m := h.subs[s.userID]
+	if _, ok := m[s]; !ok {
+		return
+	}
+	delete(m, s)
+	if len(m) == 0 {
+		delete(h.subs, s.userID)
+	}
+	s.mu.Lock()
+	s.err = err
+	close(s.done)
+	s.mu.Unlock()
+}
+
+// Events delivers the published events in publish order.
+func (s *Subscription) Events() <-chan protocol.SyncEvent { return s.ch }
+
+// Done is closed when the subscription ends; Err then says why. Events already buffered
+// stay readable from Events.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Err returns why the subscription ended, or nil while it is open.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription with ErrClosed. It is safe to call more than once.
+func (s *Subscription) Close() {
+	s.hub.mu.Lock()
+	s.hub.endLocked(s, ErrClosed)
+	s.hub.mu.Unlock()
+}

@@ -1,0 +1,46 @@
+package protocol
+
+// Limits of the wire contract.
+const (
+	MaxIDLen          = 64
+	MaxConvIDLen      = 128
+	MaxContentBytes   = 64 << 10 // content plus extra, as JSON
+	MaxFrameBytes     = 1 << 20
+	DefaultPageLimit  = 50
+	MaxPageLimit      = 200
+	DefaultSyncLimit  = 100
+	MaxSyncLimit      = 1000
+	DefaultRecent     = 20
+	MaxRecent         = 100
+	MaxLongPollSecond = 30
+)
+
+// ValidUserID reports whether s is a well-formed user_id (also used for device_id):
+// 1-64 characters of [A-Za-z0-9_.@-].
+func ValidUserID(s string) bool { return validChars(s, MaxIDLen, true) }
+
+// ValidDeviceID reports whether s is a well-formed device_id.
+func ValidDeviceID(s string) bool { return validChars(s, MaxIDLen, true) }
+
+// ValidClientMsgID reports whether s is a well-formed client_msg_id: 1-64 of [A-Za-z0-9_-].
+func ValidClientMsgID(s string) bool { return validChars(s, MaxIDLen, false) }
+
+// ValidConvID reports whether s has the form of a server-assigned conv_id: Parley assigns
+// 1-128 characters of [A-Za-z0-9_-], so anything else is rejected before any lookup.
+func ValidConvID(s string) bool { return validChars(s, MaxConvIDLen, false) }
+
+func validChars(s string, max int, dotAt bool) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		case dotAt && (c == '.' || c == '@'):
+		default:
+			return false
+		}
+	}
+	return true
+}

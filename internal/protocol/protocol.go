@@ -1,0 +1,180 @@
+// Package protocol holds the Parley wire types: the one definition of every JSON body and
+// WebSocket frame that crosses the network (see docs/protocol.md). It imports only the
+// standard library so that the server, the Go client SDK and the load tool share it.
+package protocol
+
+import "encoding/json"
+
+// Conversation types.
+const (
+	TypeDirect = "direct"
+	TypeGroup  = "group"
+)
+
+// Fanout (delivery) models, section 10.
+const (
+	FanoutWrite = "write"
+	FanoutRead  = "read"
+)
+
+// Sync event types, section 8.
+const (
+	EventMessage     = "message"
+	EventRead        = "read"
+	EventDelivered   = "delivered"
+	EventRecall      = "recall"
+	EventConvDeleted = "conv_deleted"
+	EventConvUpdated = "conv_updated"
+)
+
+// MsgState values as the sender of a direct message sees them (section 6).
+const (
+	StateSending   = 1
+	StateSent      = 2
+	StateDelivered = 3
+	StateRead      = 4
+	StateRecalled  = 5
+)
+
+// Message is one stored message. Content and Extra are null once recalled.
+type Message struct {
+	ConvID      string            `json:"conv_id"`
+	Seq         int64             `json:"seq"`
+	MsgID       string            `json:"msg_id"`
+	ClientMsgID string            `json:"client_msg_id"`
+	SenderID    string            `json:"sender_id"`
+	ContentType int               `json:"content_type"`
+	Content     json.RawMessage   `json:"content"`
+	Extra       map[string]string `json:"extra"`
+	CreatedAt   int64             `json:"created_at"`
+	Recalled    bool              `json:"recalled"`
+}
+
+// MessageAck answers a send. Duplicate is true when the (sender, client_msg_id) pair was
+// already stored: the ack is then the original one.
+type MessageAck struct {
+	Code        int    `json:"code"`
+	ConvID      string `json:"conv_id"`
+	ClientMsgID string `json:"client_msg_id"`
+	MsgID       string `json:"msg_id"`
+	Seq         int64  `json:"seq"`
+	CreatedAt   int64  `json:"created_at"`
+	Duplicate   bool   `json:"duplicate"`
+}
+
+// ConversationBrief is a conversation as one user sees it: the per-user fields (read_seq,
+// unread, cleared_seq, ...) are that user's.
+type ConversationBrief struct {
+	ConvID           string   `json:"conv_id"`
+	Type             string   `json:"type"`
+	Name             string   `json:"name"`
+	OwnerID          string   `json:"owner_id"`
+	MembersCount     int      `json:"members_count"`
+	Fanout           string   `json:"fanout"`
+	MaxSeq           int64    `json:"max_seq"`
+	ReadSeq          int64    `json:"read_seq"`
+	DeliveredSeq     int64    `json:"delivered_seq"`
+	ClearedSeq       int64    `json:"cleared_seq"`
+	Unread           int64    `json:"unread"`
+	LastMessage      *Message `json:"last_message"`
+	PeerReadSeq      *int64   `json:"peer_read_seq,omitempty"`
+	PeerDeliveredSeq *int64   `json:"peer_delivered_seq,omitempty"`
+	UpdatedAt        int64    `json:"updated_at"`
+}
+
+// SyncEvent is one entry of a user's event log. Data depends on Type (section 8).
+type SyncEvent struct {
+	Cursor int64           `json:"cursor"`
+	Type   string          `json:"type"`
+	ConvID string          `json:"conv_id"`
+	TS     int64           `json:"ts"`
+	Data   json.RawMessage `json:"data"`
+}
+
+// ReadData is the data of a "read" event.
+type ReadData struct {
+	UserID  string `json:"user_id"`
+	ReadSeq int64  `json:"read_seq"`
+}
+
+// DeliveredData is the data of a "delivered" event.
+type DeliveredData struct {
+	UserID       string `json:"user_id"`
+	DeliveredSeq int64  `json:"delivered_seq"`
+}
+
+// RecallData is the data of a "recall" event.
+type RecallData struct {
+	Seq      int64  `json:"seq"`
+	MsgID    string `json:"msg_id"`
+	SenderID string `json:"sender_id"`
+}
+
+// ConvDeletedData is the data of a "conv_deleted" event.
+type ConvDeletedData struct {
+	ClearedSeq int64 `json:"cleared_seq"`
+}
+
+// SyncSnapshot is what a new device starts from.
+type SyncSnapshot struct {
+	Cursor        int64                       `json:"cursor"`
+	Conversations []ConversationBrief         `json:"conversations"`
+	Messages      map[string][]Message        `json:"messages"`
+	ReadPositions map[string]map[string]int64 `json:"read_positions"`
+}
+
+// SyncResponse answers a cursor sync.
+type SyncResponse struct {
+	Cursor  int64       `json:"cursor"`
+	Events  []SyncEvent `json:"events"`
+	HasMore bool        `json:"has_more"`
+}
+
+// Receipts answers GET /v1/conversations/{id}/receipts.
+type Receipts struct {
+	Seq            int64 `json:"seq"`
+	MemberCount    int   `json:"member_count"`
+	ReadCount      int   `json:"read_count"`
+	DeliveredCount int   `json:"delivered_count"`
+	// Readers is present (possibly empty) for direct conversations and read_detail groups.
+	Readers *[]string `json:"readers,omitempty"`
+}
+
+// MessagesPage answers GET /v1/conversations/{id}/messages.
+type MessagesPage struct {
+	Messages []Message `json:"messages"`
+	HasMore  bool      `json:"has_more"`
+}
+
+// ConversationList answers GET /v1/conversations.
+type ConversationList struct {
+	Conversations []ConversationBrief `json:"conversations"`
+}
+
+// User is an operator-created account.
+type User struct {
+	UserID string `json:"user_id"`
+	Name   string `json:"name"`
+}
+
+// Token answers POST /v1/admin/tokens.
+type Token struct {
+	Token     string `json:"token"`
+	ExpiresAt int64  `json:"expires_at"`
+}
+
+// ErrorBody is every error answer: Code equals the HTTP status.
+type ErrorBody struct {
+	Code  int    `json:"code"`
+	Error string `json:"error"`
+}
+
+// ReadPosition answers a read update.
+type ReadPosition struct {
+	ReadSeq int64 `json:"read_seq"`
+}
+
+// DeliveredPosition answers a delivered update.
+type DeliveredPosition struct {
+	DeliveredSeq int64 `json:"delivered_seq"`
+}

@@ -1,0 +1,241 @@
+// Package store defines Parley's storage contract: small role interfaces that every backend
+// implements, the rows they exchange, and sentinel errors. Chat rules (validation, fanout,
+// unread arithmetic, position monotonicity) live above, in package chat, once for all
+// backends; a backend only stores and retrieves rows atomically.
+//
+// The conformance suite in storetest runs unchanged against every backend.
+package store
+
+import (
+	"context"
+	"errors"
+)
+
+// Sentinel errors. Backends translate driver errors into these, wrapped with %w.
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists: an insert hit an existing primary or unique key.
+	ErrExists = errors.New("store: already exists")
+	// ErrUnavailable: the transaction could not be made durable (I/O error, closed store,
+	// commit failure). Nothing of it is visible; the caller may retry.
+	ErrUnavailable = errors.New("store: unavailable")
+)
+
+// Store is a transactional backend.
+type Store interface {
+	// Update runs fn in a read-write transaction. When Update returns nil, everything fn wrote
+	// is durably stored (fsynced, unless the backend was opened in a documented relaxed mode)
+	// and visible to later View and Update calls. When fn returns an error, none of its writes
+	// take effect and Update returns that error unchanged. A backend may run several
+	// concurrent Update calls in one underlying transaction (group commit), each isolated so
+	// that one fn's error undoes only its own writes; fn must therefore do nothing but
+	// transaction work and must not keep tx after returning. If the commit itself fails,
+	// Update returns an error wrapping ErrUnavailable and nothing of fn is stored.
+	// Update calls are serializable: each fn sees the writes of every Update that returned
+	// before it started.
+	Update(ctx context.Context, fn func(tx Tx) error) error
+	// View runs fn in a read-only transaction that sees one consistent snapshot.
+	View(ctx context.Context, fn func(tx ReadTx) error) error
+	// Close releases the backend. Calls after Close fail with ErrUnavailable.
+	Close() error
+}
+
+// ReadTx is what a read-only transaction offers.
+type ReadTx interface {
+	UserReader
+	ConversationReader
+	MemberReader
+	MessageReader
+	EventReader
+}
+
+// Tx is what a read-write transaction offers.
+type Tx interface {
+	ReadTx
+	UserWriter
+	ConversationWriter
+	MemberWriter
+	MessageWriter
+	EventWriter
+}
+
+// User is an account created by the operator.
+type User struct {
+	ID   string
+	Name string
+	// TokenGen is the token generation: revoking a user's tokens increments it, and a token
+	// is valid only while it carries the current generation.
+	TokenGen  int64
+	CreatedAt int64 // Unix ms
+}
+
+// UserReader reads users.
+type UserReader interface {
+	// User returns the user, or ErrNotFound.
+	User(ctx context.Context, id string) (User, error)
+}
+
+// UserWriter writes users.
+type UserWriter interface {
+	// CreateUser inserts u, or returns ErrExists if u.ID exists.
+	CreateUser(ctx context.Context, u User) error
+	// SetTokenGen sets the user's token generation; ErrNotFound if there is no such user.
+	SetTokenGen(ctx context.Context, id string, gen int64) error
+}
+
+// Conversation is one conversation's shared state.
+type Conversation struct {
+	ID           string
+	Type         string // protocol.TypeDirect or protocol.TypeGroup
+	Name         string
+	OwnerID      string
+	ReadDetail   bool
+	MaxSeq       int64 // seq of the latest message; 0 when none
+	MembersCount int
+	CreatedAt    int64 // Unix ms
+	UpdatedAt    int64 // Unix ms of the latest activity (creation, message, membership)
+}
+
+// ConversationReader reads conversations.
+type ConversationReader interface {
+	// Conversation returns the conversation, or ErrNotFound.
+	Conversation(ctx context.Context, id string) (Conversation, error)
+}
+
+// ConversationWriter writes conversations.
+type ConversationWriter interface {
+	// CreateConversation inserts c, or returns ErrExists if c.ID exists.
+	CreateConversation(ctx context.Context, c Conversation) error
+	// UpdateConversation overwrites every field of the conversation c.ID; ErrNotFound if it
+	// does not exist.
+	UpdateConversation(ctx context.Context, c Conversation) error
+}
+
+// Member is one user's membership of one conversation, with that user's positions.
+type Member struct {
+	ConvID       string
+	UserID       string
+	JoinedAt     int64 // Unix ms; with Ordinal it orders members by standing
+	Ordinal      int64 // set by the caller: increasing in join order within a conversation
+	JoinSeq      int64 // the conversation's max_seq when the user joined
+	ClearedSeq   int64 // history at or below it is cleared for this user
+	ReadSeq      int64
+	DeliveredSeq int64
+	Hidden       bool // deleted from this user's list until the next message
+}
+
+// Membership is a member row joined with its conversation.
+type Membership struct {
+	Member
+	Conversation Conversation
+}
+
+// MemberReader reads memberships.
+type MemberReader interface {
+	// Member returns the membership, or ErrNotFound when the user is not a member.
+	Member(ctx context.Context, convID, userID string) (Member, error)
+	// Members returns every member of the conversation ordered by Ordinal (longest-standing
+	// first); empty when the conversation has none or does not exist.
+	Members(ctx context.Context, convID string) ([]Member, error)
+	// Memberships returns every conversation the user is a member of, hidden ones included,
+	// in no particular order.
+	Memberships(ctx context.Context, userID string) ([]Membership, error)
+}
+
+// MemberWriter writes memberships.
+type MemberWriter interface {
+	// PutMember inserts or overwrites the membership (m.ConvID, m.UserID).
+	PutMember(ctx context.Context, m Member) error
+	// DeleteMember removes the membership; ErrNotFound if there is none.
+	DeleteMember(ctx context.Context, convID, userID string) error
+}
+
+// Message is one stored message. Content and Extra are raw JSON (Extra an object of
+// strings); both nil when absent or recalled.
+type Message struct {
+	ConvID      string
+	Seq         int64
+	MsgID       string
+	ClientMsgID string
+	SenderID    string
+	ContentType int
+	Content     []byte
+	Extra       []byte
+	CreatedAt   int64 // Unix ms
+	Recalled    bool
+}
+
+// MessageRange selects messages of one conversation with Floor < seq, ascending.
+// With AfterSeq it returns the first Limit messages with seq > max(AfterSeq, Floor).
+// With BeforeSeq > 0 it returns the last Limit messages with Floor < seq < BeforeSeq,
+// still in ascending order.
+type MessageRange struct {
+	Floor     int64
+	AfterSeq  int64
+	BeforeSeq int64
+	Limit     int
+}
+
+// MessageReader reads messages.
+type MessageReader interface {
+	// Message returns the message (convID, seq), or ErrNotFound.
+	Message(ctx context.Context, convID string, seq int64) (Message, error)
+	// MessageByClientID returns the message that senderID sent with clientMsgID, or
+	// ErrNotFound. It is the idempotency lookup.
+	MessageByClientID(ctx context.Context, senderID, clientMsgID string) (Message, error)
+	// Messages returns the messages selected by r (see MessageRange).
+	Messages(ctx context.Context, convID string, r MessageRange) ([]Message, error)
+}
+
+// MessageWriter writes messages.
+type MessageWriter interface {
+	// InsertMessage stores m. ErrExists if (ConvID, Seq), MsgID, or (SenderID, ClientMsgID)
+	// is taken.
+	InsertMessage(ctx context.Context, m Message) error
+	// RecallMessage nulls the content and extra of (convID, seq) and marks it recalled;
+	// ErrNotFound if there is no such message.
+	RecallMessage(ctx context.Context, convID string, seq int64) error
+}
+
+// Event is one entry of a user's event log.
+type Event struct {
+	UserID string
+	Cursor int64 // assigned by AppendEvent
+	Type   string
+	ConvID string
+	TS     int64 // Unix ms
+	// Seq references the message (ConvID, Seq) for "message" events, whose payload is the
+	// message itself: it is not copied into every member's log, and a recall shows in it.
+	Seq int64
+	// Data is the raw JSON payload of every other event type.
+	Data []byte
+	// Message is filled by EventReader.Events for "message" events.
+	Message *Message
+}
+
+// CursorBounds describes a user's event log.
+type CursorBounds struct {
+	Last   int64 // the highest cursor assigned; 0 when none
+	Pruned int64 // every event with cursor <= Pruned has been removed by retention
+}
+
+// EventReader reads event logs.
+type EventReader interface {
+	// Events returns up to limit events of the user with cursor > after, ascending, each
+	// "message" event with its Message filled in.
+	Events(ctx context.Context, userID string, after int64, limit int) ([]Event, error)
+	// Cursors returns the bounds of the user's log; ErrNotFound for an unknown user.
+	Cursors(ctx context.Context, userID string) (CursorBounds, error)
+}
+
+// EventWriter writes event logs.
+type EventWriter interface {
+	// AppendEvent assigns e the user's next cursor (last + 1, gapless), stores it, and
+	// returns the cursor. ErrNotFound if e.UserID is not a user.
+	AppendEvent(ctx context.Context, e Event) (int64, error)
+	// PruneEvents removes up to limit events with TS < before, oldest first, raising each
+	// affected user's Pruned bound to the highest cursor removed. It returns how many it
+	// removed.
+	PruneEvents(ctx context.Context, before int64, limit int) (int, error)
+}
