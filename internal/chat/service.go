@@ -7,14 +7,13 @@
 package chat
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/hub"
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
 )
 
@@ -66,6 +65,8 @@ type Service struct {
 	now    func() time.Time
 	log    *slog.Logger
 	obs    Observer
+
+	gens sync.Map // user id -> int64 token generation, cached after first use
 }
 
 // Observer receives measurements; the metrics package implements it. Methods must be cheap
@@ -113,6 +114,3 @@ func New(o Options) *Service {
 func (s *Service) Hub() *hub.Hub { return s.hub }
 
 func (s *Service) nowMS() int64 { return s.now().UnixMilli() }
-
-var _ = context.Background
-var _ = protocol.TypeDirect

@@ -1,0 +1,366 @@
+package chat
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// CreateConversation creates a direct or group conversation (PROTOCOL section 5).
+func (s *Service) CreateConversation(ctx context.Context, me Identity, req protocol.CreateConversationRequest) (protocol.ConversationBrief, error) {
+	switch req.Type {
+	case protocol.TypeDirect:
+		return s.createDirect(ctx, me, req.PeerID)
+	case protocol.TypeGroup:
+		return s.createGroup(ctx, me, req)
+	default:
+		return protocol.ConversationBrief{}, invalid(`type must be "direct" or "group"`)
+	}
+}
+
+func (s *Service) createDirect(ctx context.Context, me Identity, peer string) (protocol.ConversationBrief, error) {
+	switch {
+	case !protocol.ValidUserID(peer):
+		return protocol.ConversationBrief{}, invalid("peer_id must be 1-64 characters of [A-Za-z0-9_.@-]")
+	case peer == me.UserID:
+		return protocol.ConversationBrief{}, invalid("peer_id is the caller: a direct conversation needs two users")
+	}
+	id := directID(me.UserID, peer)
+	var out protocol.ConversationBrief
+	err := s.update(ctx, "create direct", func(tx store.Tx, ob *outbox) error {
+		if err := requireUsers(ctx, tx, []string{peer}); err != nil {
+			return err
+		}
+		c, err := tx.Conversation(ctx, id)
+		if err == nil {
+			return s.reopenDirect(ctx, tx, ob, c, me.UserID, &out)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		now := s.nowMS()
+		c = store.Conversation{ID: id, Type: protocol.TypeDirect, OwnerID: me.UserID, MembersCount: 2, CreatedAt: now, UpdatedAt: now}
+		if err := tx.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		members := []store.Member{
+			{ConvID: id, UserID: me.UserID, JoinedAt: now, Ordinal: 1},
+			{ConvID: id, UserID: peer, JoinedAt: now, Ordinal: 2},
+		}
+		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
+	})
+	return out, err
+}
+
+// reopenDirect answers the creation of an existing direct conversation: the caller gets it,
+// and if they had deleted it, it shows in their list again (they asked for it explicitly).
+func (s *Service) reopenDirect(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, userID string, out *protocol.ConversationBrief) error {
+	m, err := loadMember(ctx, tx, c.ID, userID)
+	if err != nil {
+		return err
+	}
+	if m.Hidden {
+		m.Hidden = false
+		if err := tx.PutMember(ctx, m); err != nil {
+			return err
+		}
+		b, err := brief(ctx, tx, c, m, nil)
+		if err != nil {
+			return err
+		}
+		*out = b
+		return ob.appendData(ctx, tx, userID, protocol.EventConvUpdated, c.ID, s.nowMS(), b)
+	}
+	*out, err = brief(ctx, tx, c, m, nil)
+	return err
+}
+
+func (s *Service) createGroup(ctx context.Context, me Identity, req protocol.CreateConversationRequest) (protocol.ConversationBrief, error) {
+	if len(req.Name) > maxNameLen {
+		return protocol.ConversationBrief{}, invalid("name longer than %d bytes", maxNameLen)
+	}
+	ids, err := s.memberList(me.UserID, req.Members)
+	if err != nil {
+		return protocol.ConversationBrief{}, err
+	}
+	var out protocol.ConversationBrief
+	err = s.update(ctx, "create group", func(tx store.Tx, ob *outbox) error {
+		if err := requireUsers(ctx, tx, ids[1:]); err != nil {
+			return err
+		}
+		now := s.nowMS()
+		c := store.Conversation{
+			ID: newID("g_"), Type: protocol.TypeGroup, Name: req.Name, OwnerID: me.UserID,
+			ReadDetail: req.ReadDetail, MembersCount: len(ids), CreatedAt: now, UpdatedAt: now,
+		}
+		if err := tx.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		members := make([]store.Member, len(ids))
+		for i, u := range ids {
+			members[i] = store.Member{ConvID: c.ID, UserID: u, JoinedAt: now, Ordinal: int64(i + 1)}
+		}
+		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
+	})
+	return out, err
+}
+
+// memberList validates and de-duplicates a group's initial members, the creator first.
+func (s *Service) memberList(creator string, members []string) ([]string, error) {
+	ids := []string{creator}
+	seen := map[string]bool{creator: true}
+	for _, u := range members {
+		if !protocol.ValidUserID(u) {
+			return nil, invalid("member %q is not a valid user_id", u)
+		}
+		if !seen[u] {
+			seen[u] = true
+			ids = append(ids, u)
+		}
+	}
+	if len(ids) > s.cfg.MaxGroupMembers {
+		return nil, invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+	}
+	return ids, nil
+}
+
+// requireUsers returns ErrNotFound naming the first of ids that is not a user.
+func requireUsers(ctx context.Context, tx store.ReadTx, ids []string) error {
+	for _, u := range ids {
+		_, err := tx.User(ctx, u)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: user %s", ErrNotFound, u)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// announce writes members (all of them, new or changed) and emits conv_updated to every
+// current member and to each removed member, each with the brief as they see it. It sets
+// *out to the brief of the user `caller`.
+func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, members, removed []store.Member, caller string, out *protocol.ConversationBrief) error {
+	now := s.nowMS()
+	for _, m := range members {
+		if err := tx.PutMember(ctx, m); err != nil {
+			return err
+		}
+	}
+	for _, m := range append(slices.Clip(members), removed...) {
+		b, err := brief(ctx, tx, c, m, members)
+		if err != nil {
+			return err
+		}
+		if m.UserID == caller {
+			*out = b
+		}
+		if err := ob.appendData(ctx, tx, m.UserID, protocol.EventConvUpdated, c.ID, now, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateMembers adds and removes group members. Only the owner may add or remove others;
+// any member may remove themselves. An owner who leaves passes ownership to the
+// longest-standing remaining member.
+func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string, req protocol.MembersRequest) (protocol.ConversationBrief, error) {
+	for _, u := range append(slices.Clip(req.Add), req.Remove...) {
+		if !protocol.ValidUserID(u) {
+			return protocol.ConversationBrief{}, invalid("%q is not a valid user_id", u)
+		}
+	}
+	var out protocol.ConversationBrief
+	err := s.update(ctx, "update members", func(tx store.Tx, ob *outbox) error {
+		c, self, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		if c.Type != protocol.TypeGroup {
+			return invalid("the members of a direct conversation cannot change")
+		}
+		if c.OwnerID != me.UserID && (len(req.Add) > 0 || slices.ContainsFunc(req.Remove, func(u string) bool { return u != me.UserID })) {
+			return fmt.Errorf("%w: only the owner adds or removes other members", ErrForbidden)
+		}
+		if err := requireUsers(ctx, tx, req.Add); err != nil {
+			return err
+		}
+		members, err := tx.Members(ctx, convID)
+		if err != nil {
+			return err
+		}
+		kept, removed, changed := applyMembership(c, members, req, s.nowMS())
+		if !changed {
+			out, err = brief(ctx, tx, c, self, members)
+			return err
+		}
+		if len(kept) > s.cfg.MaxGroupMembers {
+			return invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+		}
+		for _, m := range removed {
+			if err := tx.DeleteMember(ctx, convID, m.UserID); err != nil {
+				return err
+			}
+		}
+		c.MembersCount = len(kept)
+		c.UpdatedAt = s.nowMS()
+		if !slices.ContainsFunc(kept, func(m store.Member) bool { return m.UserID == c.OwnerID }) {
+			c.OwnerID = ""
+			if len(kept) > 0 {
+				c.OwnerID = kept[0].UserID // kept is in order of standing
+			}
+		}
+		if err := tx.UpdateConversation(ctx, c); err != nil {
+			return err
+		}
+		return s.announce(ctx, tx, ob, c, kept, removed, me.UserID, &out)
+	})
+	return out, err
+}
+
+// applyMembership returns the members after req, in order of standing, and those removed.
+func applyMembership(c store.Conversation, members []store.Member, req protocol.MembersRequest, now int64) (kept, removed []store.Member, changed bool) {
+	drop := make(map[string]bool, len(req.Remove))
+	for _, u := range req.Remove {
+		drop[u] = true
+	}
+	present := make(map[string]bool, len(members))
+	var ordinal int64
+	for _, m := range members {
+		present[m.UserID] = true
+		ordinal = max(ordinal, m.Ordinal)
+		if drop[m.UserID] {
+			removed = append(removed, m)
+		} else {
+			kept = append(kept, m)
+		}
+	}
+	changed = len(removed) > 0
+	for _, u := range req.Add {
+		if present[u] || drop[u] {
+			continue
+		}
+		present[u] = true
+		ordinal++
+		kept = append(kept, store.Member{ConvID: c.ID, UserID: u, JoinedAt: now, Ordinal: ordinal, JoinSeq: c.MaxSeq})
+		changed = true
+	}
+	return kept, removed, changed
+}
+
+// Rename sets a group's name (owner only). It is a Parley extension of the protocol.
+func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) (protocol.ConversationBrief, error) {
+	if len(name) > maxNameLen {
+		return protocol.ConversationBrief{}, invalid("name longer than %d bytes", maxNameLen)
+	}
+	var out protocol.ConversationBrief
+	err := s.update(ctx, "rename", func(tx store.Tx, ob *outbox) error {
+		c, self, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case c.Type != protocol.TypeGroup:
+			return invalid("a direct conversation has no name")
+		case c.OwnerID != me.UserID:
+			return fmt.Errorf("%w: only the owner renames the group", ErrForbidden)
+		case c.Name == name:
+			out, err = brief(ctx, tx, c, self, nil)
+			return err
+		}
+		c.Name, c.UpdatedAt = name, s.nowMS()
+		if err := tx.UpdateConversation(ctx, c); err != nil {
+			return err
+		}
+		members, err := tx.Members(ctx, convID)
+		if err != nil {
+			return err
+		}
+		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
+	})
+	return out, err
+}
+
+// ListConversations returns the caller's visible conversations, most recently active first.
+func (s *Service) ListConversations(ctx context.Context, me Identity) ([]protocol.ConversationBrief, error) {
+	var out []protocol.ConversationBrief
+	err := s.view(ctx, "list conversations", func(tx store.ReadTx) error {
+		var err error
+		out, err = visibleBriefs(ctx, tx, me.UserID)
+		return err
+	})
+	return out, err
+}
+
+// visibleBriefs returns the user's conversations that are not hidden, most recent first.
+func visibleBriefs(ctx context.Context, tx store.ReadTx, userID string) ([]protocol.ConversationBrief, error) {
+	ms, err := visibleMemberships(ctx, tx, userID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]protocol.ConversationBrief, 0, len(ms))
+	for _, m := range ms {
+		b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// visibleMemberships returns the user's memberships that are not hidden, most recently
+// active conversation first.
+func visibleMemberships(ctx context.Context, tx store.ReadTx, userID string) ([]store.Membership, error) {
+	ms, err := tx.Memberships(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	ms = slices.DeleteFunc(ms, func(m store.Membership) bool { return m.Hidden })
+	slices.SortFunc(ms, func(a, b store.Membership) int {
+		if c := cmp.Compare(b.Conversation.UpdatedAt, a.Conversation.UpdatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ConvID, b.ConvID)
+	})
+	return ms, nil
+}
+
+// GetConversation returns one conversation as the caller sees it (also when deleted).
+func (s *Service) GetConversation(ctx context.Context, me Identity, convID string) (protocol.ConversationBrief, error) {
+	var out protocol.ConversationBrief
+	err := s.view(ctx, "get conversation", func(tx store.ReadTx) error {
+		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		out, err = brief(ctx, tx, c, m, nil)
+		return err
+	})
+	return out, err
+}
+
+// DeleteConversation hides the conversation for the caller on all their devices and clears
+// their history up to the current max_seq. Deleting again without new messages does nothing.
+func (s *Service) DeleteConversation(ctx context.Context, me Identity, convID string) error {
+	return s.update(ctx, "delete conversation", func(tx store.Tx, ob *outbox) error {
+		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		if m.Hidden && m.ClearedSeq == c.MaxSeq {
+			return nil
+		}
+		m.Hidden, m.ClearedSeq = true, max(m.ClearedSeq, c.MaxSeq)
+		if err := tx.PutMember(ctx, m); err != nil {
+			return err
+		}
+		return ob.appendData(ctx, tx, me.UserID, protocol.EventConvDeleted, convID, s.nowMS(),
+			protocol.ConvDeletedData{ClearedSeq: m.ClearedSeq})
+	})
+}

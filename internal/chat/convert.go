@@ -1,0 +1,89 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// wireMessage converts a stored message to its wire form.
+func wireMessage(m store.Message) protocol.Message {
+	w := protocol.Message{
+		ConvID: m.ConvID, Seq: m.Seq, MsgID: m.MsgID, ClientMsgID: m.ClientMsgID,
+		SenderID: m.SenderID, ContentType: m.ContentType, CreatedAt: m.CreatedAt, Recalled: m.Recalled,
+	}
+	if len(m.Content) > 0 {
+		w.Content = json.RawMessage(m.Content)
+	}
+	if len(m.Extra) > 0 {
+		_ = json.Unmarshal(m.Extra, &w.Extra) // written by Send from a map[string]string
+	}
+	return w
+}
+
+func wireMessages(ms []store.Message) []protocol.Message {
+	out := make([]protocol.Message, len(ms))
+	for i, m := range ms {
+		out[i] = wireMessage(m)
+	}
+	return out
+}
+
+// wireEvent converts a stored event to its wire form; "message" events carry the message.
+func wireEvent(e store.Event) protocol.SyncEvent {
+	w := protocol.SyncEvent{Cursor: e.Cursor, Type: e.Type, ConvID: e.ConvID, TS: e.TS, Data: e.Data}
+	if e.Type == protocol.EventMessage {
+		w.Data = json.RawMessage("null")
+		if e.Message != nil {
+			w.Data, _ = json.Marshal(wireMessage(*e.Message))
+		}
+	}
+	return w
+}
+
+func ackOf(m store.Message, duplicate bool) protocol.MessageAck {
+	return protocol.MessageAck{
+		ConvID: m.ConvID, ClientMsgID: m.ClientMsgID, MsgID: m.MsgID, Seq: m.Seq,
+		CreatedAt: m.CreatedAt, Duplicate: duplicate,
+	}
+}
+
+func visibleFrom(m store.Member) int64 { return max(m.JoinSeq, m.ClearedSeq) }
+
+// brief builds the conversation as member m sees it. members may be nil; it is read when
+// needed (direct conversations, for the peer's positions).
+func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.Member, members []store.Member) (protocol.ConversationBrief, error) {
+	vf := visibleFrom(m)
+	b := protocol.ConversationBrief{
+		ConvID: c.ID, Type: c.Type, Name: c.Name, OwnerID: c.OwnerID, MembersCount: c.MembersCount,
+		Fanout: protocol.FanoutWrite, MaxSeq: c.MaxSeq, ReadSeq: m.ReadSeq, DeliveredSeq: m.DeliveredSeq,
+		ClearedSeq: m.ClearedSeq, Unread: max(0, c.MaxSeq-max(m.ReadSeq, vf)), UpdatedAt: c.UpdatedAt,
+	}
+	if c.MaxSeq > vf {
+		last, err := tx.Message(ctx, c.ID, c.MaxSeq)
+		if err != nil {
+			return b, fmt.Errorf("last message of %s: %w", c.ID, err)
+		}
+		w := wireMessage(last)
+		b.LastMessage = &w
+	}
+	if c.Type == protocol.TypeDirect {
+		if members == nil {
+			var err error
+			if members, err = tx.Members(ctx, c.ID); err != nil {
+				return b, fmt.Errorf("members of %s: %w", c.ID, err)
+			}
+		}
+		var pr, pd int64
+		for _, p := range members {
+			if p.UserID != m.UserID {
+				pr, pd = p.ReadSeq, p.DeliveredSeq
+			}
+		}
+		b.PeerReadSeq, b.PeerDeliveredSeq = &pr, &pd
+	}
+	return b, nil
+}

@@ -1,0 +1,220 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// Send stores a message durably with its seq and one "message" event in every member's log,
+// all in one transaction, and returns the ack. A repeated (sender, client_msg_id) creates
+// nothing and returns the original ack with Duplicate set, whatever its content. Sending
+// advances the sender's read (and delivered) position to the new seq without an event of its
+// own, and makes the conversation visible again to members who had deleted it.
+func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendRequest) (protocol.MessageAck, error) {
+	start := s.now()
+	extra, err := validateSend(req)
+	if err != nil {
+		return protocol.MessageAck{}, err
+	}
+	// Most retries are answered from a read snapshot without taking the writer.
+	if ack, ok, err := s.lookupAck(ctx, me.UserID, req.ClientMsgID); err != nil {
+		return ack, err
+	} else if ok {
+		s.obs.MessageStored(s.now().Sub(start), true)
+		return ack, nil
+	}
+	var ack protocol.MessageAck
+	err = s.update(ctx, "send", func(tx store.Tx, ob *outbox) error {
+		if m, err := tx.MessageByClientID(ctx, me.UserID, req.ClientMsgID); err == nil {
+			ack = ackOf(m, true)
+			return nil
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		c, _, err := loadConvMember(ctx, tx, req.ConvID, me.UserID)
+		if err != nil {
+			return err
+		}
+		now := s.nowMS()
+		m := store.Message{
+			ConvID: c.ID, Seq: c.MaxSeq + 1, MsgID: newID("m_"), ClientMsgID: req.ClientMsgID,
+			SenderID: me.UserID, ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: now,
+		}
+		if err := tx.InsertMessage(ctx, m); err != nil {
+			return err
+		}
+		c.MaxSeq, c.UpdatedAt = m.Seq, now
+		if err := tx.UpdateConversation(ctx, c); err != nil {
+			return err
+		}
+		if err := s.fanoutMessage(ctx, tx, ob, m); err != nil {
+			return err
+		}
+		ack = ackOf(m, false)
+		return nil
+	})
+	if err == nil {
+		s.obs.MessageStored(s.now().Sub(start), ack.Duplicate)
+	}
+	return ack, err
+}
+
+// fanoutMessage appends the "message" event of m to every member's log (write fanout),
+// advances the sender's positions and un-hides the conversation for members who deleted it.
+func (s *Service) fanoutMessage(ctx context.Context, tx store.Tx, ob *outbox, m store.Message) error {
+	members, err := tx.Members(ctx, m.ConvID)
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(wireMessage(m))
+	if err != nil {
+		return err
+	}
+	for _, mem := range members {
+		ev := store.Event{UserID: mem.UserID, Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+		if err := ob.append(ctx, tx, ev, payload); err != nil {
+			return err
+		}
+		changed := mem.Hidden
+		mem.Hidden = false
+		if mem.UserID == m.SenderID {
+			mem.ReadSeq, mem.DeliveredSeq, changed = m.Seq, m.Seq, true
+		}
+		if changed {
+			if err := tx.PutMember(ctx, mem); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// validateSend checks a send request and returns its extra encoded for storage.
+func validateSend(req protocol.SendRequest) ([]byte, error) {
+	switch {
+	case !protocol.ValidConvID(req.ConvID):
+		return nil, invalid("conv_id is missing or malformed")
+	case !protocol.ValidClientMsgID(req.ClientMsgID):
+		return nil, invalid("client_msg_id must be 1-64 characters of [A-Za-z0-9_-]")
+	case req.ContentType < 1:
+		return nil, invalid("content_type must be an integer of at least 1")
+	case len(req.Content) == 0 || string(req.Content) == "null":
+		return nil, invalid("content is required")
+	case !json.Valid(req.Content):
+		return nil, invalid("content is not valid JSON")
+	}
+	var extra []byte
+	if req.Extra != nil {
+		extra, _ = json.Marshal(req.Extra) // a map of strings always encodes
+	}
+	if len(req.Content)+len(extra) > protocol.MaxContentBytes {
+		return nil, fmt.Errorf("%w: content plus extra exceed %d bytes", ErrTooLarge, protocol.MaxContentBytes)
+	}
+	return extra, nil
+}
+
+// lookupAck returns the original ack of (sender, clientMsgID) if it was stored.
+func (s *Service) lookupAck(ctx context.Context, sender, clientMsgID string) (protocol.MessageAck, bool, error) {
+	var ack protocol.MessageAck
+	var found bool
+	err := s.view(ctx, "dedup lookup", func(tx store.ReadTx) error {
+		m, err := tx.MessageByClientID(ctx, sender, clientMsgID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		ack, found = ackOf(m, true), true
+		return nil
+	})
+	return ack, found, err
+}
+
+// HistoryQuery selects a page of messages. BeforeSeq > 0 selects the page below it.
+type HistoryQuery struct {
+	AfterSeq  int64
+	BeforeSeq int64
+	Limit     int // 0 means the default; larger than the maximum is clamped
+}
+
+// History returns the caller's visible messages of a conversation in ascending seq order.
+func (s *Service) History(ctx context.Context, me Identity, convID string, q HistoryQuery) (protocol.MessagesPage, error) {
+	switch {
+	case q.AfterSeq < 0 || q.BeforeSeq < 0 || q.Limit < 0:
+		return protocol.MessagesPage{}, invalid("after_seq, before_seq and limit must not be negative")
+	case q.AfterSeq > 0 && q.BeforeSeq > 0:
+		return protocol.MessagesPage{}, invalid("give after_seq or before_seq, not both")
+	case q.Limit == 0:
+		q.Limit = protocol.DefaultPageLimit
+	}
+	q.Limit = min(q.Limit, protocol.MaxPageLimit)
+	var page protocol.MessagesPage
+	err := s.view(ctx, "history", func(tx store.ReadTx) error {
+		_, m, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		r := store.MessageRange{Floor: visibleFrom(m), AfterSeq: q.AfterSeq, BeforeSeq: q.BeforeSeq, Limit: q.Limit + 1}
+		ms, err := tx.Messages(ctx, convID, r)
+		if err != nil {
+			return err
+		}
+		if page.HasMore = len(ms) > q.Limit; page.HasMore {
+			if q.BeforeSeq > 0 {
+				ms = ms[1:] // the extra one is the oldest
+			} else {
+				ms = ms[:q.Limit]
+			}
+		}
+		page.Messages = wireMessages(ms)
+		return nil
+	})
+	return page, err
+}
+
+// Recall recalls the caller's own message within the recall window: its content and extra
+// are erased in storage and every member gets a "recall" event. Recalling twice succeeds.
+func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq int64) error {
+	if seq < 1 {
+		return invalid("seq must be at least 1")
+	}
+	return s.update(ctx, "recall", func(tx store.Tx, ob *outbox) error {
+		if _, _, err := loadConvMember(ctx, tx, convID, me.UserID); err != nil {
+			return err
+		}
+		m, err := tx.Message(ctx, convID, seq)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("%w: message %d", ErrNotFound, seq)
+		case err != nil:
+			return err
+		case m.SenderID != me.UserID:
+			return fmt.Errorf("%w: only the sender recalls a message", ErrForbidden)
+		case m.Recalled:
+			return nil
+		case s.now().Sub(time.UnixMilli(m.CreatedAt)) > s.cfg.RecallWindow:
+			return fmt.Errorf("%w: the recall window of %s has passed", ErrForbidden, s.cfg.RecallWindow)
+		}
+		if err := tx.RecallMessage(ctx, convID, seq); err != nil {
+			return err
+		}
+		members, err := tx.Members(ctx, convID)
+		if err != nil {
+			return err
+		}
+		data := protocol.RecallData{Seq: seq, MsgID: m.MsgID, SenderID: m.SenderID}
+		now := s.nowMS()
+		for _, mem := range members {
+			if err := ob.appendData(ctx, tx, mem.UserID, protocol.EventRecall, convID, now, data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

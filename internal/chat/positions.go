@@ -1,0 +1,161 @@
+package chat
+
+import (
+	"context"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// position says which of a member's positions an update moves.
+type position int
+
+const (
+	readPos position = iota
+	deliveredPos
+)
+
+// MarkRead advances the caller's read position to max(old, min(seq, max_seq)) and returns
+// the position after the call. Raising it raises the delivered position with it and emits a
+// "read" event to the caller (and to the peer in a direct conversation); an update that does
+// not advance it changes and emits nothing.
+func (s *Service) MarkRead(ctx context.Context, me Identity, convID string, seq int64) (int64, error) {
+	return s.advance(ctx, me, convID, seq, readPos)
+}
+
+// MarkDelivered advances the caller's delivered position like MarkRead; in a direct
+// conversation an advance emits a "delivered" event to the peer.
+func (s *Service) MarkDelivered(ctx context.Context, me Identity, convID string, seq int64) (int64, error) {
+	return s.advance(ctx, me, convID, seq, deliveredPos)
+}
+
+// advance implements both position updates. Monotonicity is enforced inside the write
+// transaction, which is serialized with every other update of the same member, so no
+// interleaving of devices or stale requests can move a position backwards. A read snapshot
+// first answers the updates that would change nothing (stale or repeated), which are most
+// of a read storm, without taking the writer.
+func (s *Service) advance(ctx context.Context, me Identity, convID string, seq int64, p position) (int64, error) {
+	if seq < 0 {
+		return 0, invalid("seq must not be negative")
+	}
+	var cur int64
+	var moves bool
+	err := s.view(ctx, "position", func(tx store.ReadTx) error {
+		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
+		cur, moves = target(c, m, seq, p)
+		return err
+	})
+	if err != nil || !moves {
+		return cur, err
+	}
+	err = s.update(ctx, "position", func(tx store.Tx, ob *outbox) error {
+		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		if cur, moves = target(c, m, seq, p); !moves {
+			return nil
+		}
+		if p == readPos {
+			m.ReadSeq, m.DeliveredSeq = cur, max(m.DeliveredSeq, cur)
+		} else {
+			m.DeliveredSeq = cur
+		}
+		if err := tx.PutMember(ctx, m); err != nil {
+			return err
+		}
+		return s.emitPosition(ctx, tx, ob, c, me.UserID, cur, p)
+	})
+	return cur, err
+}
+
+// target returns the position after an update to seq, and whether it moves.
+func target(c store.Conversation, m store.Member, seq int64, p position) (int64, bool) {
+	old := m.ReadSeq
+	if p == deliveredPos {
+		old = m.DeliveredSeq
+	}
+	next := max(old, min(seq, c.MaxSeq))
+	return next, next > old
+}
+
+func (s *Service) emitPosition(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, userID string, pos int64, p position) error {
+	var to []string
+	var typ string
+	var data any
+	if p == readPos {
+		typ, data, to = protocol.EventRead, protocol.ReadData{UserID: userID, ReadSeq: pos}, []string{userID}
+	} else {
+		typ, data = protocol.EventDelivered, protocol.DeliveredData{UserID: userID, DeliveredSeq: pos}
+	}
+	if c.Type == protocol.TypeDirect {
+		members, err := tx.Members(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		for _, m := range members {
+			if m.UserID != userID {
+				to = append(to, m.UserID)
+			}
+		}
+	}
+	now := s.nowMS()
+	for _, u := range to {
+		if err := ob.appendData(ctx, tx, u, typ, c.ID, now, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Receipts counts, among the members other than the sender of message seq, those whose read
+// and delivered positions reached seq. Readers are listed for direct conversations and for
+// groups created with read_detail.
+func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq int64) (protocol.Receipts, error) {
+	var r protocol.Receipts
+	err := s.view(ctx, "receipts", func(tx store.ReadTx) error {
+		c, _, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
+		}
+		if seq < 1 || seq > c.MaxSeq {
+			return notFound("message %d", seq)
+		}
+		msg, err := tx.Message(ctx, convID, seq)
+		if err != nil {
+			return err
+		}
+		members, err := tx.Members(ctx, convID)
+		if err != nil {
+			return err
+		}
+		r = countReceipts(c, msg.SenderID, seq, members)
+		return nil
+	})
+	return r, err
+}
+
+func countReceipts(c store.Conversation, sender string, seq int64, members []store.Member) protocol.Receipts {
+	r := protocol.Receipts{Seq: seq}
+	var readers []string
+	for _, m := range members {
+		if m.UserID == sender {
+			continue
+		}
+		r.MemberCount++
+		if m.ReadSeq >= seq {
+			r.ReadCount++
+			readers = append(readers, m.UserID)
+		}
+		if m.DeliveredSeq >= seq {
+			r.DeliveredCount++
+		}
+	}
+	if c.Type == protocol.TypeDirect || c.ReadDetail {
+		if readers == nil {
+			readers = []string{}
+		}
+		r.Readers = &readers
+	}
+	return r
+}

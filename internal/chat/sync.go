@@ -1,0 +1,199 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// readPositionsLimit is the largest group whose members' read positions a snapshot lists.
+const readPositionsLimit = 100
+
+// Snapshot returns the state a new device starts from, all read in one consistent snapshot:
+// the cursor is the user's latest committed cursor at that cut, so syncing from it misses
+// nothing. recent < 0 means the default number of messages per conversation.
+func (s *Service) Snapshot(ctx context.Context, me Identity, recent int) (protocol.SyncSnapshot, error) {
+	if recent < 0 {
+		recent = protocol.DefaultRecent
+	}
+	recent = min(recent, protocol.MaxRecent)
+	snap := protocol.SyncSnapshot{Messages: map[string][]protocol.Message{}, ReadPositions: map[string]map[string]int64{}}
+	err := s.view(ctx, "snapshot", func(tx store.ReadTx) error {
+		b, err := tx.Cursors(ctx, me.UserID)
+		if err != nil {
+			return err
+		}
+		snap.Cursor = b.Last
+		ms, err := visibleMemberships(ctx, tx, me.UserID)
+		if err != nil {
+			return err
+		}
+		snap.Conversations = make([]protocol.ConversationBrief, 0, len(ms))
+		for _, m := range ms {
+			if err := snapshotConversation(ctx, tx, &snap, m, recent); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return snap, err
+}
+
+// snapshotConversation adds one conversation, its recent messages and its members' read
+// positions to snap.
+func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.SyncSnapshot, m store.Membership, recent int) error {
+	c := m.Conversation
+	var members []store.Member
+	if c.Type == protocol.TypeDirect || c.MembersCount <= readPositionsLimit {
+		var err error
+		if members, err = tx.Members(ctx, c.ID); err != nil {
+			return err
+		}
+		pos := make(map[string]int64, len(members))
+		for _, mem := range members {
+			pos[mem.UserID] = mem.ReadSeq
+		}
+		snap.ReadPositions[c.ID] = pos
+	}
+	b, err := brief(ctx, tx, c, m.Member, members)
+	if err != nil {
+		return err
+	}
+	snap.Conversations = append(snap.Conversations, b)
+	msgs := []protocol.Message{}
+	if recent > 0 && c.MaxSeq > visibleFrom(m.Member) {
+		r := store.MessageRange{Floor: visibleFrom(m.Member), BeforeSeq: c.MaxSeq + 1, Limit: recent}
+		ms, err := tx.Messages(ctx, c.ID, r)
+		if err != nil {
+			return err
+		}
+		msgs = wireMessages(ms)
+	}
+	snap.Messages[c.ID] = msgs
+	return nil
+}
+
+// Sync returns up to limit events after cursor (0 means the default). When there are none
+// and wait > 0 it waits up to min(wait, 30 s) for one to commit: it is woken by the commit
+// itself through the hub. If ctx ends while it waits, it returns the empty response and no
+// error (the server is draining or the client left). ErrGone when cursor is older than the
+// retained log, ErrConflict when it is ahead of the latest cursor.
+func (s *Service) Sync(ctx context.Context, me Identity, cursor int64, limit int, wait time.Duration) (protocol.SyncResponse, error) {
+	switch {
+	case cursor < 0 || limit < 0 || wait < 0:
+		return protocol.SyncResponse{}, invalid("cursor, limit and wait must not be negative")
+	case limit == 0:
+		limit = protocol.DefaultSyncLimit
+	}
+	limit = min(limit, protocol.MaxSyncLimit)
+	wait = min(wait, protocol.MaxLongPollSecond*time.Second)
+	if wait == 0 {
+		return s.events(ctx, me.UserID, cursor, limit)
+	}
+	// Subscribe before reading, so that a commit between the read and the wait still wakes us.
+	sub := s.hub.Subscribe(me.UserID, 4)
+	defer sub.Close()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		resp, err := s.events(ctx, me.UserID, cursor, limit)
+		if err != nil || len(resp.Events) > 0 {
+			return resp, err
+		}
+		select {
+		case <-sub.Events():
+		case <-sub.Done(): // overflowed (so events exist) or kicked: answer with what is there
+			return s.events(ctx, me.UserID, cursor, limit)
+		case <-timer.C:
+			return resp, nil
+		case <-ctx.Done():
+			return resp, nil
+		}
+	}
+}
+
+// events reads one page of the user's log after cursor.
+func (s *Service) events(ctx context.Context, userID string, cursor int64, limit int) (protocol.SyncResponse, error) {
+	resp := protocol.SyncResponse{Cursor: cursor, Events: []protocol.SyncEvent{}}
+	err := s.view(ctx, "sync", func(tx store.ReadTx) error {
+		b, err := tx.Cursors(ctx, userID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return notFound("user %s", userID)
+		case err != nil:
+			return err
+		case cursor > b.Last:
+			return fmt.Errorf("%w: cursor %d is ahead of the latest cursor %d", ErrConflict, cursor, b.Last)
+		case cursor < b.Pruned:
+			return fmt.Errorf("%w: cursor %d is older than the retained log (events up to %d were removed): take a new snapshot", ErrGone, cursor, b.Pruned)
+		}
+		evs, err := tx.Events(ctx, userID, cursor, limit+1)
+		if err != nil {
+			return err
+		}
+		if resp.HasMore = len(evs) > limit; resp.HasMore {
+			evs = evs[:limit]
+		}
+		for _, e := range evs {
+			resp.Events = append(resp.Events, wireEvent(e))
+		}
+		if len(evs) > 0 {
+			resp.Cursor = evs[len(evs)-1].Cursor
+		}
+		return nil
+	})
+	return resp, err
+}
+
+// LatestCursor returns the user's highest committed cursor.
+func (s *Service) LatestCursor(ctx context.Context, userID string) (int64, error) {
+	var last int64
+	err := s.view(ctx, "latest cursor", func(tx store.ReadTx) error {
+		b, err := tx.Cursors(ctx, userID)
+		if errors.Is(err, store.ErrNotFound) {
+			return notFound("user %s", userID)
+		}
+		last = b.Last
+		return err
+	})
+	return last, err
+}
+
+// RunRetention removes sync events older than the retention period, now and then every
+// interval, until ctx ends. Devices whose cursor falls behind the removed events get 410 and
+// take a new snapshot.
+func (s *Service) RunRetention(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := s.PruneOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("event retention", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PruneOnce removes every event older than the retention period, in bounded transactions.
+func (s *Service) PruneOnce(ctx context.Context) error {
+	const batch = 5000
+	before := s.now().Add(-s.cfg.EventRetention).UnixMilli()
+	for {
+		var n int
+		err := s.update(ctx, "prune events", func(tx store.Tx, _ *outbox) error {
+			var err error
+			n, err = tx.PruneEvents(ctx, before, batch)
+			return err
+		})
+		if err != nil || n < batch {
+			return err
+		}
+	}
+}

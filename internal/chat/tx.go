@@ -1,0 +1,146 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// outbox collects the sync events a transaction appends, so that they are published to the
+// hub only after the transaction committed, in cursor order per user.
+type outbox struct {
+	order  []string // users in first-append order
+	events map[string][]protocol.SyncEvent
+}
+
+// append stores ev in userID's log inside tx and queues it for publication with payload.
+func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, payload json.RawMessage) error {
+	cursor, err := tx.AppendEvent(ctx, ev)
+	if err != nil {
+		return fmt.Errorf("append %s event for %s: %w", ev.Type, ev.UserID, err)
+	}
+	if o.events == nil {
+		o.events = make(map[string][]protocol.SyncEvent)
+	}
+	if _, ok := o.events[ev.UserID]; !ok {
+		o.order = append(o.order, ev.UserID)
+	}
+	o.events[ev.UserID] = append(o.events[ev.UserID], protocol.SyncEvent{
+		Cursor: cursor, Type: ev.Type, ConvID: ev.ConvID, TS: ev.TS, Data: payload,
+	})
+	return nil
+}
+
+// appendData stores an event whose payload is data itself (every type but "message").
+func (o *outbox) appendData(ctx context.Context, tx store.Tx, userID, typ, convID string, ts int64, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", typ, err)
+	}
+	return o.append(ctx, tx, store.Event{UserID: userID, Type: typ, ConvID: convID, TS: ts, Data: raw}, raw)
+}
+
+func (o *outbox) count() int {
+	n := 0
+	for _, evs := range o.events {
+		n += len(evs)
+	}
+	return n
+}
+
+// domainErrors are the sentinels a Service method may return as they are.
+var domainErrors = []error{ErrInvalid, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrConflict, ErrGone, ErrTooLarge, ErrUnavailable}
+
+// isDomain reports whether err already wraps a domain sentinel.
+func isDomain(err error) bool {
+	for _, d := range domainErrors {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// storeErr turns an error that escaped from the store into ErrUnavailable (503: nothing was
+// persisted, the client retries), logging it because it is not the client's fault.
+func (s *Service) storeErr(op string, err error) error {
+	if err == nil || isDomain(err) {
+		return err
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Error("store failure", "op", op, "err", err)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+}
+
+// update runs fn in a store transaction and, once it committed, publishes the events fn
+// appended through ob.
+func (s *Service) update(ctx context.Context, op string, fn func(tx store.Tx, ob *outbox) error) error {
+	var ob outbox
+	err := s.st.Update(ctx, func(tx store.Tx) error {
+		ob = outbox{} // fn runs once, but never publish a discarded attempt's events
+		return fn(tx, &ob)
+	})
+	if err != nil {
+		return s.storeErr(op, err)
+	}
+	s.publish(&ob)
+	return nil
+}
+
+func (s *Service) publish(ob *outbox) {
+	for _, u := range ob.order {
+		s.hub.Publish(u, ob.events[u])
+	}
+	if n := ob.count(); n > 0 {
+		s.obs.EventsCommitted(n)
+	}
+}
+
+// view runs fn in a read-only snapshot.
+func (s *Service) view(ctx context.Context, op string, fn func(tx store.ReadTx) error) error {
+	return s.storeErr(op, s.st.View(ctx, fn))
+}
+
+// loadConv returns the conversation or ErrNotFound.
+func loadConv(ctx context.Context, tx store.ReadTx, convID string) (store.Conversation, error) {
+	c, err := tx.Conversation(ctx, convID)
+	if errors.Is(err, store.ErrNotFound) {
+		return c, fmt.Errorf("%w: conversation %s", ErrNotFound, convID)
+	}
+	return c, err
+}
+
+// loadMember returns the caller's membership or ErrForbidden.
+func loadMember(ctx context.Context, tx store.ReadTx, convID, userID string) (store.Member, error) {
+	m, err := tx.Member(ctx, convID, userID)
+	if errors.Is(err, store.ErrNotFound) {
+		return m, fmt.Errorf("%w: not a member of %s", ErrForbidden, convID)
+	}
+	return m, err
+}
+
+// loadConvMember checks that the conversation exists (404) and the user is a member (403).
+func loadConvMember(ctx context.Context, tx store.ReadTx, convID, userID string) (store.Conversation, store.Member, error) {
+	if !protocol.ValidConvID(convID) {
+		return store.Conversation{}, store.Member{}, fmt.Errorf("%w: malformed conv_id", ErrInvalid)
+	}
+	c, err := loadConv(ctx, tx, convID)
+	if err != nil {
+		return c, store.Member{}, err
+	}
+	m, err := loadMember(ctx, tx, convID, userID)
+	return c, m, err
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+func notFound(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrNotFound}, args...)...)
+}

@@ -1,0 +1,126 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+const maxNameLen = 256
+
+// CreateUser creates a user; created is false (and the existing user returned) if it exists.
+func (s *Service) CreateUser(ctx context.Context, userID, name string) (u protocol.User, created bool, err error) {
+	if !protocol.ValidUserID(userID) {
+		return u, false, invalid("user_id must be 1-64 characters of [A-Za-z0-9_.@-]")
+	}
+	if len(name) > maxNameLen {
+		return u, false, invalid("name longer than %d bytes", maxNameLen)
+	}
+	err = s.update(ctx, "create user", func(tx store.Tx, _ *outbox) error {
+		err := tx.CreateUser(ctx, store.User{ID: userID, Name: name, CreatedAt: s.nowMS()})
+		if errors.Is(err, store.ErrExists) {
+			old, err := tx.User(ctx, userID)
+			u = protocol.User{UserID: old.ID, Name: old.Name}
+			return err
+		}
+		u, created = protocol.User{UserID: userID, Name: name}, true
+		return err
+	})
+	return u, created, err
+}
+
+// IssueToken mints a token for (userID, deviceID). ttl 0 means the default. ErrNotFound for
+// an unknown user.
+func (s *Service) IssueToken(ctx context.Context, userID, deviceID string, ttl time.Duration) (protocol.Token, error) {
+	switch {
+	case !protocol.ValidUserID(userID):
+		return protocol.Token{}, invalid("user_id must be 1-64 characters of [A-Za-z0-9_.@-]")
+	case !protocol.ValidDeviceID(deviceID):
+		return protocol.Token{}, invalid("device_id must be 1-64 characters of [A-Za-z0-9_.@-]")
+	case ttl < 0:
+		return protocol.Token{}, invalid("ttl_seconds must not be negative")
+	case ttl == 0:
+		ttl = s.cfg.DefaultTokenTTL
+	}
+	gen, err := s.tokenGen(ctx, userID)
+	if err != nil {
+		return protocol.Token{}, err
+	}
+	exp := s.now().Add(ttl).UnixMilli()
+	tok := s.signer.Mint(auth.Claims{UserID: userID, DeviceID: deviceID, Gen: gen, ExpiresAt: exp})
+	return protocol.Token{Token: tok, ExpiresAt: exp}, nil
+}
+
+// tokenGen returns the user's current token generation: ErrNotFound for an unknown user.
+func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
+	if g, ok := s.gens.Load(userID); ok {
+		return g.(int64), nil
+	}
+	var gen int64
+	err := s.view(ctx, "token generation", func(tx store.ReadTx) error {
+		u, err := tx.User(ctx, userID)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: user %s", ErrNotFound, userID)
+		}
+		gen = u.TokenGen
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	// Keep the higher generation if a revoke raced with this read.
+	actual, _ := s.gens.LoadOrStore(userID, gen)
+	return actual.(int64), nil
+}
+
+// Authenticate verifies a user token: ErrUnauthorized when missing, malformed, forged,
+// expired or revoked.
+func (s *Service) Authenticate(ctx context.Context, token string) (Identity, error) {
+	if token == "" {
+		return Identity{}, fmt.Errorf("%w: missing token", ErrUnauthorized)
+	}
+	c, err := s.signer.Parse(token, s.nowMS())
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	gen, err := s.tokenGen(ctx, c.UserID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Identity{}, fmt.Errorf("%w: unknown user", ErrUnauthorized)
+	case err != nil:
+		return Identity{}, err
+	case gen != c.Gen:
+		return Identity{}, fmt.Errorf("%w: token revoked", ErrUnauthorized)
+	}
+	return Identity{UserID: c.UserID, DeviceID: c.DeviceID}, nil
+}
+
+// RevokeTokens invalidates every token of userID issued so far and ends the user's hub
+// subscriptions (the gateway then closes their connections). ErrNotFound for an unknown user.
+func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
+	if !protocol.ValidUserID(userID) {
+		return invalid("user_id must be 1-64 characters of [A-Za-z0-9_.@-]")
+	}
+	var gen int64
+	err := s.update(ctx, "revoke tokens", func(tx store.Tx, _ *outbox) error {
+		u, err := tx.User(ctx, userID)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: user %s", ErrNotFound, userID)
+		} else if err != nil {
+			return err
+		}
+		gen = u.TokenGen + 1
+		return tx.SetTokenGen(ctx, userID, gen)
+	})
+	if err != nil {
+		return err
+	}
+	s.gens.Store(userID, gen)
+	s.hub.Kick(userID)
+	return nil
+}
