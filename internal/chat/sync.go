@@ -101,6 +101,9 @@ func (s *Service) Sync(ctx context.Context, me Identity, cursor int64, limit int
 	defer timer.Stop()
 	for {
 		resp, err := s.events(ctx, me.UserID, cursor, limit)
+		if err != nil && ctx.Err() != nil {
+			return protocol.SyncResponse{Cursor: cursor, Events: []protocol.SyncEvent{}}, nil
+		}
 		if err != nil || len(resp.Events) > 0 {
 			return resp, err
 		}
