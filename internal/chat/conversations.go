@@ -43,7 +43,7 @@ func (s *Service) createDirect(ctx context.Context, me Identity, peer string) (p
 			return err
 		}
 		now := s.nowMS()
-		c = store.Conversation{ID: id, Type: protocol.TypeDirect, OwnerID: me.UserID, MembersCount: 2, CreatedAt: now, UpdatedAt: now}
+		c = store.Conversation{ID: id, Type: protocol.TypeDirect, MembersCount: 2, CreatedAt: now, UpdatedAt: now}
 		if err := tx.CreateConversation(ctx, c); err != nil {
 			return err
 		}

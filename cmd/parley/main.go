@@ -1,0 +1,70 @@
+// Command parley is the Parley instant-messaging server and its operator tools.
+//
+//	parley serve [flags]            run the server on the embedded store
+//	parley user add <id> [--name]   create a user in the data directory
+//	parley token <user> <device>    mint a device token from the data directory
+//	parley version                  print the version
+//
+// Every serve flag can also be set by an environment variable: --admin-secret is
+// PARLEY_ADMIN_SECRET, --addr is PARLEY_ADDR, and so on.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "parley:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: parley <command> [flags]
+
+commands:
+  serve                   run the server (parley serve --help for flags)
+  user add <id> [--name]  create a user in the data directory
+  token <user> <device>   mint a device token from the data directory
+  version                 print the version
+`
+
+// run is the whole program; tests call it with their own arguments and environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[1], args[2:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, getenv, stdout, stderr)
+	case "user":
+		return userCmd(ctx, rest, getenv, stdout, stderr)
+	case "token":
+		return tokenCmd(ctx, rest, getenv, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "parley", version)
+		return nil
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
