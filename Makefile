@@ -1,0 +1,26 @@
+# Developer shortcuts; each target is one plain go command, so nothing here is required.
+.PHONY: build run test race vet fuzz bench ci
+
+build:
+	go build -o bin/parley ./cmd/parley
+
+run:
+	go run ./cmd/parley serve
+
+test:
+	go test -race ./...
+
+vet:
+	go vet ./...
+
+# Run each fuzz target for a while (FUZZTIME=30s by default).
+FUZZTIME ?= 30s
+fuzz:
+	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
+	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeSendRequest -fuzztime $(FUZZTIME)
+
+bench:
+	go test -run '^$$' -bench . -benchmem ./internal/...
+
+ci:
+	bash .ci/run

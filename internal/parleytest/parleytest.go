@@ -1,0 +1,140 @@
+// Package parleytest starts real Parley nodes for tests: the production wiring of package
+// server on a loopback port, so tests speak HTTP and WebSocket over real sockets.
+package parleytest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/server"
+)
+
+// Server is a running node.
+type Server struct {
+	*server.Server
+	URL   string // http://127.0.0.1:port
+	WSURL string // ws://127.0.0.1:port/v1/ws
+	Dir   string // data directory
+}
+
+// Start runs a node on a fresh data directory and stops it when the test ends. configure,
+// if given, may change the configuration first. The admin secret is "test-admin-secret".
+func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
+	tb.Helper()
+	cfg := server.DefaultConfig(tb.TempDir())
+	cfg.AdminSecret = "test-admin-secret"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, f := range configure {
+		f(&cfg)
+	}
+	return StartWith(tb, cfg)
+}
+
+// StartWith runs a node with cfg (its data directory may hold an earlier node's data) and
+// stops it when the test ends.
+func StartWith(tb testing.TB, cfg server.Config) *Server {
+	tb.Helper()
+	srv, err := server.New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		tb.Fatal(err)
+	}
+	go srv.Serve(ln)
+	s := &Server{Server: srv, URL: "http://" + ln.Addr().String(), WSURL: "ws://" + ln.Addr().String() + "/v1/ws", Dir: cfg.Data}
+	tb.Cleanup(func() { s.Stop(tb) })
+	return s
+}
+
+// Stop drains the node (as SIGTERM does). It is safe to call more than once.
+func (s *Server) Stop(tb testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "closed") {
+		tb.Logf("parleytest: shutdown: %v", err)
+	}
+}
+
+// User creates a user through the admin API and returns a token for device "d1".
+func (s *Server) User(tb testing.TB, userID string) string {
+	tb.Helper()
+	s.MustDo(tb, "POST", "/v1/admin/users", s.AdminSecret, map[string]string{"user_id": userID}, nil)
+	return s.Token(tb, userID, "d1")
+}
+
+// Token mints a token for (userID, deviceID) through the admin API.
+func (s *Server) Token(tb testing.TB, userID, deviceID string) string {
+	tb.Helper()
+	var tok protocol.Token
+	s.MustDo(tb, "POST", "/v1/admin/tokens", s.AdminSecret, map[string]string{"user_id": userID, "device_id": deviceID}, &tok)
+	return tok.Token
+}
+
+// Do sends one HTTP request with bearer token (if not empty) and a JSON body (a []byte or
+// string is sent as is, anything else is encoded; nil sends none). It returns the status
+// and the raw response body.
+func (s *Server) Do(tb testing.TB, method, path, token string, body any) (int, []byte) {
+	tb.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		r = bytes.NewReader(b)
+	case string:
+		r = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if r != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.StatusCode, raw
+}
+
+// MustDo is Do that fails the test unless the status is 200 or 201, decoding the answer
+// into out when out is not nil.
+func (s *Server) MustDo(tb testing.TB, method, path, token string, body, out any) {
+	tb.Helper()
+	code, raw := s.Do(tb, method, path, token, body)
+	if code != http.StatusOK && code != http.StatusCreated {
+		tb.Fatalf("%s %s: %d %s", method, path, code, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			tb.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+}
