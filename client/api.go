@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// This file holds the one-call-one-request HTTP methods (sections 5-8). None of them retries:
+// they are either idempotent for the caller to repeat or, like Send's HTTP leg, wrapped by
+// something that knows how to repeat them safely.
+
+// CreateDirect returns the direct conversation with peerID, creating it if needed. Both users
+// get the same conversation whoever calls first. 404: unknown peer; 400: peerID is the caller.
+func (c *Client) CreateDirect(ctx context.Context, peerID string) (ConversationBrief, error) {
+	var out ConversationBrief
+	req := protocol.CreateConversationRequest{Type: protocol.TypeDirect, PeerID: peerID}
+	_, err := c.http.do(ctx, http.MethodPost, "/v1/conversations", nil, req, &out)
+	return out, err
+}
+
+// CreateGroup creates a group owned by the caller, who is a member whether or not members
+// names them. readDetail keeps per-member read lists for Receipts. 404: unknown member.
+func (c *Client) CreateGroup(ctx context.Context, name string, members []string, readDetail bool) (ConversationBrief, error) {
+	var out ConversationBrief
+	req := protocol.CreateConversationRequest{
+		Type: protocol.TypeGroup, Name: name, Members: nonNil(members), ReadDetail: readDetail,
+	}
+	_, err := c.http.do(ctx, http.MethodPost, "/v1/conversations", nil, req, &out)
+	return out, err
+}
+
+// UpdateMembers adds and removes group members. Owner only (403), except that any member may
+// remove themselves.
+func (c *Client) UpdateMembers(ctx context.Context, convID string, add, remove []string) (ConversationBrief, error) {
+	var out ConversationBrief
+	req := protocol.MembersRequest{Add: nonNil(add), Remove: nonNil(remove)}
+	_, err := c.http.do(ctx, http.MethodPost, convPath(convID, "/members"), nil, req, &out)
+	return out, err
+}
+
+// Rename sets a group's name (owner only). This is a Parley extension:
+// PATCH /v1/conversations/{conv_id} {"name"}.
+func (c *Client) Rename(ctx context.Context, convID, name string) (ConversationBrief, error) {
+	var out ConversationBrief
+	req := protocol.RenameRequest{Name: &name}
+	_, err := c.http.do(ctx, http.MethodPatch, convPath(convID, ""), nil, req, &out)
+	return out, err
+}
+
+// ListConversations returns the caller's visible conversations, most recently active first.
+func (c *Client) ListConversations(ctx context.Context) ([]ConversationBrief, error) {
+	var out protocol.ConversationList
+	_, err := c.http.do(ctx, http.MethodGet, "/v1/conversations", nil, nil, &out)
+	return out.Conversations, err
+}
+
+// GetConversation returns one conversation as the caller sees it. 403: not a member.
+func (c *Client) GetConversation(ctx context.Context, convID string) (ConversationBrief, error) {
+	var out ConversationBrief
+	_, err := c.http.do(ctx, http.MethodGet, convPath(convID, ""), nil, nil, &out)
+	return out, err
+}
+
+// DeleteConversation hides the conversation on all of the caller's devices and clears their
+// history up to its current max_seq.
+func (c *Client) DeleteConversation(ctx context.Context, convID string) error {
+	_, err := c.http.do(ctx, http.MethodDelete, convPath(convID, ""), nil, nil, nil)
+	return err
+}
+
+// HistoryQuery selects a page of History. With BeforeSeq > 0 it is the Limit visible messages
+// just below BeforeSeq; otherwise those just above AfterSeq. Pages are always ascending.
+type HistoryQuery struct {
+	AfterSeq  int64
+	BeforeSeq int64
+	Limit     int // 0: the server's default (50); larger than 200 is clamped by the server
+}
+
+// History returns a page of a conversation's visible messages.
+func (c *Client) History(ctx context.Context, convID string, q HistoryQuery) (MessagesPage, error) {
+	query := url.Values{}
+	if q.BeforeSeq > 0 {
+		query.Set("before_seq", strconv.FormatInt(q.BeforeSeq, 10))
+	} else {
+		query.Set("after_seq", strconv.FormatInt(q.AfterSeq, 10))
+	}
+	if q.Limit > 0 {
+		query.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out MessagesPage
+	_, err := c.http.do(ctx, http.MethodGet, convPath(convID, "/messages"), query, nil, &out)
+	return out, err
+}
+
+// MarkRead advances the caller's read position to seq (positions never move back) and
+// returns the position now in force.
+func (c *Client) MarkRead(ctx context.Context, convID string, seq int64) (int64, error) {
+	var out protocol.ReadPosition
+	req := protocol.PositionRequest{Seq: &seq}
+	_, err := c.http.do(ctx, http.MethodPost, convPath(convID, "/read"), nil, req, &out)
+	return out.ReadSeq, err
+}
+
+// MarkDelivered advances the caller's delivered position to seq and returns the position now
+// in force. AutoDelivered does this by itself.
+func (c *Client) MarkDelivered(ctx context.Context, convID string, seq int64) (int64, error) {
+	var out protocol.DeliveredPosition
+	req := protocol.PositionRequest{Seq: &seq}
+	_, err := c.http.do(ctx, http.MethodPost, convPath(convID, "/delivered"), nil, req, &out)
+	return out.DeliveredSeq, err
+}
+
+// Receipts counts the members (other than its sender) who have read and received message seq.
+func (c *Client) Receipts(ctx context.Context, convID string, seq int64) (Receipts, error) {
+	var out Receipts
+	query := url.Values{"seq": {strconv.FormatInt(seq, 10)}}
+	_, err := c.http.do(ctx, http.MethodGet, convPath(convID, "/receipts"), query, nil, &out)
+	return out, err
+}
+
+// Recall nulls the content of message seq, sent by the caller within the recall window (403
+// otherwise). Recalling twice succeeds.
+func (c *Client) Recall(ctx context.Context, convID string, seq int64) error {
+	req := protocol.RecallRequest{ConvID: convID, Seq: &seq}
+	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages/recall", nil, req, nil)
+	return err
+}
+
+// Snapshot returns the state a new device starts from: conversations, the latest recent
+// messages of each (0 gives none, the cheap way to learn the current cursor) and the cursor
+// to sync from.
+func (c *Client) Snapshot(ctx context.Context, recent int) (SyncSnapshot, error) {
+	var out SyncSnapshot
+	query := url.Values{"recent": {strconv.Itoa(recent)}}
+	_, err := c.http.do(ctx, http.MethodGet, "/v1/sync/snapshot", query, nil, &out)
+	return out, err
+}
+
+// Sync returns up to limit events after cursor (0: the server's default of 100). With wait >
+// 0 and nothing to return, the server holds the call up to wait (at most 30s, whole seconds)
+// for an event. 410: cursor too old, take a Snapshot; 409: cursor ahead of the server.
+//
+// Sync is the raw call; a running session already delivers every event to OnEvent.
+func (c *Client) Sync(ctx context.Context, cursor int64, limit int, wait time.Duration) (SyncResponse, error) {
+	query := url.Values{"cursor": {strconv.FormatInt(cursor, 10)}}
+	if limit > 0 {
+		query.Set("limit", strconv.Itoa(limit))
+	}
+	if wait > 0 {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		query.Set("wait", strconv.FormatInt(secs, 10))
+	}
+	var out SyncResponse
+	_, err := c.http.do(ctx, http.MethodGet, "/v1/sync", query, nil, &out)
+	return out, err
+}
+
+// nonNil makes a nil list encode as [] rather than null, which a strict server may refuse.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

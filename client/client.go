@@ -1,0 +1,228 @@
+package client
+
+import (
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// The wire types, re-exported so that users of this public package (who cannot import
+// internal/protocol) share the server's one definition of each.
+type (
+	Message           = protocol.Message
+	MessageAck        = protocol.MessageAck
+	ConversationBrief = protocol.ConversationBrief
+	SyncEvent         = protocol.SyncEvent
+	SyncSnapshot      = protocol.SyncSnapshot
+	SyncResponse      = protocol.SyncResponse
+	Receipts          = protocol.Receipts
+	MessagesPage      = protocol.MessagesPage
+	User              = protocol.User
+	Token             = protocol.Token
+	ReadData          = protocol.ReadData
+	DeliveredData     = protocol.DeliveredData
+	RecallData        = protocol.RecallData
+	ConvDeletedData   = protocol.ConvDeletedData
+)
+
+// Sync event types (SyncEvent.Type).
+const (
+	EventMessage     = protocol.EventMessage
+	EventRead        = protocol.EventRead
+	EventDelivered   = protocol.EventDelivered
+	EventRecall      = protocol.EventRecall
+	EventConvDeleted = protocol.EventConvDeleted
+	EventConvUpdated = protocol.EventConvUpdated
+)
+
+// Content types of section 6. The wire package has no names for them, so they live here;
+// values from ContentCustom up are the application's to define.
+const (
+	ContentText   = 1
+	ContentImage  = 2
+	ContentFile   = 3
+	ContentAudio  = 4
+	ContentVideo  = 5
+	ContentCustom = 100
+)
+
+// Backoff spaces out reconnects and send retries: attempt n waits a uniformly random time in
+// [0, min(Max, Base*2^n)] ("full jitter"), so that thousands of clients dropped by the same
+// server restart do not all come back in the same instant.
+type Backoff struct {
+	Base time.Duration // first ceiling; default 200ms
+	Max  time.Duration // largest ceiling; default 30s
+}
+
+// Delay returns the wait before retry number attempt (0-based).
+func (b Backoff) Delay(attempt int) time.Duration {
+	b = b.withDefaults()
+	ceiling := b.Base
+	for i := 0; i < attempt && ceiling < b.Max; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, b.Max)
+	if ceiling <= 0 {
+		return 0
+	}
+	return rand.N(ceiling + 1)
+}
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Base <= 0 {
+		b.Base = 200 * time.Millisecond
+	}
+	if b.Max <= 0 {
+		b.Max = 30 * time.Second
+	}
+	b.Max = max(b.Max, b.Base)
+	return b
+}
+
+// Options configure a Client. Only BaseURL and Token are required.
+type Options struct {
+	// BaseURL is the server's HTTP root, such as "http://127.0.0.1:8080". The WebSocket URL
+	// is derived from it (http -> ws, https -> wss).
+	BaseURL string
+	// Token is the device token minted by the operator (Admin.IssueToken).
+	Token string
+	// UserID is the token's user. It is only used to skip one's own messages when
+	// AutoDelivered is on; left empty, delivered is sent for those too, which the server
+	// treats as a no-op (sending already advanced the sender's positions).
+	UserID string
+
+	// HTTPClient carries the HTTP calls; its *http.Transport, if any, also lends the
+	// WebSocket dialer its proxy, TLS and dial settings. Default: a new http.Client.
+	HTTPClient *http.Client
+	// Logger receives reconnects and dropped best-effort work. Default: discard.
+	Logger *slog.Logger
+
+	// OnEvent receives every sync event exactly once, in cursor order, from one goroutine.
+	// It runs while the session holds its delivery lock: it must not call Close, and a slow
+	// OnEvent delays later events (never sends).
+	OnEvent func(SyncEvent)
+	// OnReset receives a snapshot whenever the session (re)starts from one: on the first Run
+	// when Cursor is 0, and when the server answers 410 (cursor expired) or 409 (cursor ahead
+	// of the server). State built from earlier events should be replaced by it; events that
+	// follow continue from snapshot.Cursor.
+	OnReset func(SyncSnapshot)
+	// Inbox, if set, merges every event and snapshot before OnEvent/OnReset see them.
+	Inbox *Inbox
+
+	// Cursor is the resume point: the last cursor the app has processed (see Client.Cursor).
+	// 0 starts fresh from a snapshot, as a new device does.
+	Cursor int64
+	// SnapshotRecent is the recent= of the snapshots the session takes: how many latest
+	// messages per conversation it carries. 0 (the default) fetches none, the cheap way to
+	// learn the cursor; apps then load history with History.
+	SnapshotRecent int
+	// AutoDelivered reports "delivered" for messages from other users as they arrive,
+	// coalesced to one report per conversation carrying the highest seq. Best effort.
+	AutoDelivered bool
+
+	// Backoff spaces out reconnects and send retries.
+	Backoff Backoff
+	// RequestTimeout bounds one attempt of an internal request (a send attempt, a gap fill,
+	// a snapshot, a WebSocket handshake). Default 30s.
+	RequestTimeout time.Duration
+	// IdleTimeout drops a WebSocket on which nothing was received for this long (the server
+	// pings every 30s by default); the client also pings the server every IdleTimeout/2.
+	// Default 75s.
+	IdleTimeout time.Duration
+}
+
+// eventQueueLen bounds the pushes waiting for OnEvent. When it is full the reader drops
+// pushes instead of blocking (which would also hold up send replies): the dispatcher fetches
+// whatever was dropped over HTTP, since the cursor makes every event re-fetchable.
+const eventQueueLen = 1024
+
+// Client talks to one Parley server as one device. All methods are safe for concurrent use.
+type Client struct {
+	opts   Options
+	http   transport
+	log    *slog.Logger
+	dialer *websocket.Dialer
+	wsURL  string // ws(s)://host/.../v1/ws, without query
+
+	frameSeq atomic.Uint64 // ids of WebSocket request frames
+
+	conn atomic.Pointer[wsConn] // the open WebSocket; nil while disconnected
+
+	deliverMu  sync.Mutex   // serialises deliveries (OnEvent, OnReset, Inbox) and guards haveCursor
+	cursor     atomic.Int64 // last cursor delivered; written only with deliverMu held
+	haveCursor bool         // cursor is a real resume point (given, or from a snapshot)
+
+	events   chan SyncEvent // pushes from the reader to the dispatcher
+	overflow atomic.Bool    // the reader dropped a push because events was full
+
+	delivered deliveredQueue
+
+	running atomic.Bool // a Run is active; there is one session per Client
+
+	bgMu sync.Mutex  // guards bg
+	bg   *background // the session started by Connect, if any
+}
+
+// New returns a Client for opts. It does no I/O: the first request or Run contacts the server.
+func New(opts Options) *Client {
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 75 * time.Second
+	}
+	opts.Backoff = opts.Backoff.withDefaults()
+	base := strings.TrimRight(opts.BaseURL, "/")
+	c := &Client{
+		opts:       opts,
+		http:       transport{base: base, secret: opts.Token, hc: opts.HTTPClient},
+		log:        opts.Logger,
+		dialer:     newDialer(opts.HTTPClient, opts.RequestTimeout),
+		wsURL:      wsURL(base) + "/v1/ws",
+		haveCursor: opts.Cursor > 0,
+		events:     make(chan SyncEvent, eventQueueLen),
+	}
+	c.cursor.Store(opts.Cursor)
+	c.delivered.init()
+	return c
+}
+
+// Cursor returns the last cursor handed to OnEvent (or taken from a snapshot). Persist it and
+// pass it back as Options.Cursor to resume after a restart without missing anything.
+func (c *Client) Cursor() int64 { return c.cursor.Load() }
+
+func wsURL(base string) string {
+	switch {
+	case strings.HasPrefix(base, "https://"):
+		return "wss://" + strings.TrimPrefix(base, "https://")
+	case strings.HasPrefix(base, "http://"):
+		return "ws://" + strings.TrimPrefix(base, "http://")
+	}
+	return base
+}
+
+// newDialer borrows what it can from the HTTP client's transport so that proxies, custom
+// TLS roots and dial hooks configured once apply to the WebSocket too.
+func newDialer(hc *http.Client, timeout time.Duration) *websocket.Dialer {
+	d := &websocket.Dialer{HandshakeTimeout: timeout, Proxy: http.ProxyFromEnvironment}
+	if t, ok := hc.Transport.(*http.Transport); ok {
+		d.Proxy = t.Proxy
+		d.TLSClientConfig = t.TLSClientConfig
+		d.NetDialContext = t.DialContext
+	}
+	return d
+}

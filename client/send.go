@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// frameOverhead is an upper bound on what the frame envelope ({"id","op"}) adds to a body.
+const frameOverhead = 64
+
+// NewClientMsgID returns a random UUID (version 4) from crypto/rand, the client_msg_id form
+// section 2 recommends: unique per sender without coordination.
+func NewClientMsgID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (it aborts the program instead)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
+}
+
+// Send stores a message in convID under a fresh client_msg_id and returns its ack. content is
+// encoded with encoding/json (pass a json.RawMessage to send pre-encoded JSON); extra may be
+// nil. See SendWithID for how it retries.
+func (c *Client) Send(ctx context.Context, convID string, contentType int, content any, extra map[string]string) (MessageAck, error) {
+	return c.SendWithID(ctx, NewClientMsgID(), convID, contentType, content, extra)
+}
+
+// SendWithID is Send with a caller-chosen client_msg_id, for callers that must be able to
+// resend the same message after their own restart (persist the id first, then send).
+//
+// It sends over the WebSocket when the session is connected and over HTTP otherwise, and
+// re-sends with the same id until the server acknowledges it: after a 503, a 429 (waiting
+// retry_after), a network error, a connection lost before the reply, an attempt that took
+// longer than Options.RequestTimeout, or while the server restarts. The server stores one
+// message per (sender, client_msg_id), so retries never duplicate it; an ack for a message
+// stored by an earlier attempt comes back with Duplicate set. Other 4xx answers are final and
+// returned as *Error. When ctx ends first, the error wraps ctx's error: the message may or may
+// not have been stored, and a later SendWithID with the same id finds out.
+func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, contentType int, content any, extra map[string]string) (MessageAck, error) {
+	if !protocol.ValidClientMsgID(clientMsgID) {
+		return MessageAck{}, &Error{Code: http.StatusBadRequest, Message: "invalid client_msg_id (checked locally)"}
+	}
+	raw, err := json.Marshal(content)
+	if err != nil {
+		return MessageAck{}, fmt.Errorf("parley: encode content: %w", err)
+	}
+	req := protocol.SendRequest{
+		ConvID: convID, ClientMsgID: clientMsgID, ContentType: contentType, Content: raw, Extra: extra,
+	}
+	// A frame over the server's limit closes the WebSocket, which would look like a drop
+	// and be retried forever; over HTTP the same message gets a final 413.
+	body, err := json.Marshal(&req)
+	if err != nil {
+		return MessageAck{}, fmt.Errorf("parley: encode message: %w", err)
+	}
+	httpOnly := len(body)+frameOverhead > protocol.MaxFrameBytes
+	for attempt := 0; ; attempt++ {
+		ack, err := c.sendOnce(ctx, &req, httpOnly)
+		if err == nil {
+			return ack, nil
+		}
+		if ctx.Err() != nil {
+			return MessageAck{}, fmt.Errorf("parley: send %s: %w (last attempt: %v)", clientMsgID, ctx.Err(), err)
+		}
+		wait, retry := c.retryWait(err, attempt)
+		if !retry {
+			return MessageAck{}, err
+		}
+		c.log.Debug("parley: send retry", "client_msg_id", clientMsgID, "attempt", attempt, "wait", wait, "err", err)
+		if !sleepCtx(ctx, wait) {
+			return MessageAck{}, fmt.Errorf("parley: send %s: %w (last attempt: %v)", clientMsgID, ctx.Err(), err)
+		}
+	}
+}
+
+// sendOnce makes one attempt, bounded by RequestTimeout so a reply that never comes (a
+// half-open connection, a stuck proxy) turns into a retry rather than a hang.
+func (c *Client) sendOnce(ctx context.Context, req *protocol.SendRequest, httpOnly bool) (MessageAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	var ack MessageAck
+	if cn := c.conn.Load(); cn != nil && !httpOnly {
+		err := cn.request(ctx, protocol.OpSend, req, &ack)
+		return ack, err
+	}
+	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages", nil, req, &ack)
+	return ack, err
+}
+
+// retryWait decides whether a failed send attempt is worth repeating, and after how long.
+func (c *Client) retryWait(err error, attempt int) (time.Duration, bool) {
+	var e *Error
+	if !errors.As(err, &e) {
+		// Network errors, timeouts, lost connections: the outcome is unknown, and resending
+		// the same client_msg_id is exactly how to find it out.
+		return c.opts.Backoff.Delay(attempt), true
+	}
+	switch {
+	case e.Code == http.StatusTooManyRequests && e.RetryAfter > 0:
+		return e.RetryAfter, true
+	case e.Code == http.StatusTooManyRequests, e.Code == http.StatusRequestTimeout, e.Code >= 500:
+		// 503 is the server's "not persisted"; other 5xx come from proxies during restarts.
+		return c.opts.Backoff.Delay(attempt), true
+	}
+	return 0, false
+}
