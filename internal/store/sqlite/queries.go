@@ -1,0 +1,169 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// stmtID names one prepared statement. Every statement is prepared once per connection
+// pool and reused, so the hot path (a message send is about six statements) never parses
+// SQL.
+type stmtID int
+
+const (
+	// Reads.
+	stUser stmtID = iota
+	stConversation
+	stMember
+	stMembers
+	stMemberships
+	stMessage
+	stMessageByClientID
+	stMessagesAfter
+	stMessagesBefore
+	stEvents
+	stCursors
+	numReadStmts // marks the end of the statements a read-only pool prepares
+
+	// Writes.
+	stCreateUser
+	stSetTokenGen
+	stCreateConversation
+	stUpdateConversation
+	stPutMember
+	stDeleteMember
+	stInsertMessage
+	stRecallMessage
+	stNextCursor
+	stInsertEvent
+	stPruneOldest
+	stPruneUpTo
+	stRaisePruned
+
+	// Transaction control for group commit.
+	stBegin
+	stCommit
+	stRollback
+	stSavepoint
+	stRelease
+	stRollbackTo
+
+	numStmts
+)
+
+// Column lists shared by several statements, in the order the scan helpers read them.
+const (
+	userCols   = `id, name, token_gen, created_at`
+	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at`
+	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
+	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled`
+)
+
+// statementSQL returns the text of every statement, indexed by stmtID. A function rather
+// than a package variable, so that nothing mutable is shared between stores.
+func statementSQL() [numStmts]string {
+	return [numStmts]string{
+		stUser:              `SELECT ` + userCols + ` FROM users WHERE id = ?`,
+		stConversation:      `SELECT ` + convCols + ` FROM conversations WHERE id = ?`,
+		stMember:            `SELECT ` + memberCols + ` FROM members WHERE conv_id = ? AND user_id = ?`,
+		stMembers:           `SELECT ` + memberCols + ` FROM members WHERE conv_id = ? ORDER BY ordinal, user_id`,
+		stMemberships:       membershipsSQL,
+		stMessage:           `SELECT ` + msgCols + ` FROM messages WHERE conv_id = ? AND seq = ?`,
+		stMessageByClientID: `SELECT ` + msgCols + ` FROM messages WHERE sender_id = ? AND client_msg_id = ?`,
+		stMessagesAfter: `SELECT ` + msgCols + ` FROM messages WHERE conv_id = ? AND seq > ?
+			ORDER BY seq LIMIT ?`,
+		stMessagesBefore: `SELECT ` + msgCols + ` FROM messages WHERE conv_id = ? AND seq > ? AND seq < ?
+			ORDER BY seq DESC LIMIT ?`,
+		stEvents:  eventsSQL,
+		stCursors: `SELECT last_cursor, pruned_cursor FROM users WHERE id = ?`,
+
+		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
+		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
+		stCreateConversation: `INSERT INTO conversations (` + convCols + `)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		stUpdateConversation: `UPDATE conversations SET type = ?, name = ?, owner_id = ?,
+			read_detail = ?, max_seq = ?, members_count = ?, created_at = ?, updated_at = ?
+			WHERE id = ?`,
+		stPutMember: `INSERT INTO members (` + memberCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (conv_id, user_id) DO UPDATE SET joined_at = excluded.joined_at,
+			ordinal = excluded.ordinal, join_seq = excluded.join_seq,
+			cleared_seq = excluded.cleared_seq, read_seq = excluded.read_seq,
+			delivered_seq = excluded.delivered_seq, hidden = excluded.hidden`,
+		stDeleteMember:  `DELETE FROM members WHERE conv_id = ? AND user_id = ?`,
+		stInsertMessage: `INSERT INTO messages (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		stRecallMessage: `UPDATE messages SET content = NULL, extra = NULL, recalled = 1
+			WHERE conv_id = ? AND seq = ?`,
+		stNextCursor: `UPDATE users SET last_cursor = last_cursor + 1 WHERE id = ? RETURNING last_cursor`,
+		stInsertEvent: `INSERT INTO events (user_id, cursor, type, conv_id, ts, seq, data)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		stPruneOldest: `DELETE FROM events WHERE (user_id, cursor) IN (
+			SELECT user_id, cursor FROM events WHERE ts < ? ORDER BY ts, user_id, cursor LIMIT ?)
+			RETURNING user_id, cursor`,
+		stPruneUpTo:   `DELETE FROM events WHERE user_id = ? AND cursor <= ?`,
+		stRaisePruned: `UPDATE users SET pruned_cursor = max(pruned_cursor, ?) WHERE id = ?`,
+
+		stBegin:      `BEGIN IMMEDIATE`,
+		stCommit:     `COMMIT`,
+		stRollback:   `ROLLBACK`,
+		stSavepoint:  `SAVEPOINT request`,
+		stRelease:    `RELEASE request`,
+		stRollbackTo: `ROLLBACK TO request`,
+	}
+}
+
+const membershipsSQL = `SELECT m.conv_id, m.user_id, m.joined_at, m.ordinal, m.join_seq,
+	m.cleared_seq, m.read_seq, m.delivered_seq, m.hidden,
+	c.id, c.type, c.name, c.owner_id, c.read_detail, c.max_seq, c.members_count,
+	c.created_at, c.updated_at
+	FROM members m JOIN conversations c ON c.id = m.conv_id
+	WHERE m.user_id = ?`
+
+// eventsSQL joins the referenced message of "message" events only: the message is stored
+// once per conversation, not copied into every member's log, so a recall shows in it.
+const eventsSQL = `SELECT e.cursor, e.type, e.conv_id, e.ts, e.seq, e.data,
+	m.msg_id, m.client_msg_id, m.sender_id, m.content_type, m.content, m.extra,
+	m.created_at, m.recalled
+	FROM events e LEFT JOIN messages m
+		ON e.type = ? AND m.conv_id = e.conv_id AND m.seq = e.seq
+	WHERE e.user_id = ? AND e.cursor > ?
+	ORDER BY e.cursor LIMIT ?`
+
+// statements holds the prepared form of every stmtID; a read-only pool leaves the write
+// and control entries nil.
+type statements [numStmts]*sql.Stmt
+
+// preparer is what both *sql.Conn and *sql.DB offer for preparing.
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// prepare prepares the statements [0, upTo) on p.
+func prepare(ctx context.Context, p preparer, upTo stmtID) (*statements, error) {
+	var st statements
+	text := statementSQL()
+	for id := stmtID(0); id < upTo; id++ {
+		if id == numReadStmts {
+			continue
+		}
+		s, err := p.PrepareContext(ctx, text[id])
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("sqlite: prepare %q: %w", text[id], err), st.close())
+		}
+		st[id] = s
+	}
+	return &st, nil
+}
+
+// close closes every prepared statement.
+func (st *statements) close() error {
+	var errs []error
+	for i, s := range st {
+		if s != nil {
+			errs = append(errs, s.Close())
+			st[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}

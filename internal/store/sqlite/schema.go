@@ -1,0 +1,150 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// migrations returns the schema steps in order: step i brings the database from version i
+// to version i+1 (PRAGMA user_version). Steps are append-only: a released step is never
+// edited, a change is a new step.
+func migrations() [][]string {
+	return [][]string{schemaV1()}
+}
+
+// schemaV1 is the initial schema.
+//
+// Small, hot tables are WITHOUT ROWID so that each row lives in its primary-key b-tree
+// only: an AppendEvent touches one users row and one events row, no second index.
+// messages keeps a rowid because a row may carry up to 64 KiB of content, and SQLite
+// advises WITHOUT ROWID only for rows far smaller than a page.
+//
+// There are no foreign keys: referential rules belong to package chat, and enforcing them
+// here would add a lookup per insert and an error the store contract does not define.
+func schemaV1() []string {
+	return []string{
+		`CREATE TABLE users (
+			id            TEXT    NOT NULL PRIMARY KEY,
+			name          TEXT    NOT NULL,
+			token_gen     INTEGER NOT NULL,
+			created_at    INTEGER NOT NULL,
+			last_cursor   INTEGER NOT NULL DEFAULT 0,
+			pruned_cursor INTEGER NOT NULL DEFAULT 0
+		) WITHOUT ROWID`,
+		`CREATE TABLE conversations (
+			id            TEXT    NOT NULL PRIMARY KEY,
+			type          TEXT    NOT NULL,
+			name          TEXT    NOT NULL,
+			owner_id      TEXT    NOT NULL,
+			read_detail   INTEGER NOT NULL,
+			max_seq       INTEGER NOT NULL,
+			members_count INTEGER NOT NULL,
+			created_at    INTEGER NOT NULL,
+			updated_at    INTEGER NOT NULL
+		) WITHOUT ROWID`,
+		`CREATE TABLE members (
+			conv_id       TEXT    NOT NULL,
+			user_id       TEXT    NOT NULL,
+			joined_at     INTEGER NOT NULL,
+			ordinal       INTEGER NOT NULL,
+			join_seq      INTEGER NOT NULL,
+			cleared_seq   INTEGER NOT NULL,
+			read_seq      INTEGER NOT NULL,
+			delivered_seq INTEGER NOT NULL,
+			hidden        INTEGER NOT NULL,
+			PRIMARY KEY (conv_id, user_id)
+		) WITHOUT ROWID`,
+		`CREATE INDEX members_by_user ON members (user_id)`,
+		`CREATE TABLE messages (
+			conv_id       TEXT    NOT NULL,
+			seq           INTEGER NOT NULL,
+			msg_id        TEXT    NOT NULL,
+			client_msg_id TEXT    NOT NULL,
+			sender_id     TEXT    NOT NULL,
+			content_type  INTEGER NOT NULL,
+			content       BLOB,
+			extra         BLOB,
+			created_at    INTEGER NOT NULL,
+			recalled      INTEGER NOT NULL,
+			UNIQUE (conv_id, seq),
+			UNIQUE (msg_id),
+			UNIQUE (sender_id, client_msg_id)
+		)`,
+		`CREATE TABLE events (
+			user_id TEXT    NOT NULL,
+			cursor  INTEGER NOT NULL,
+			type    TEXT    NOT NULL,
+			conv_id TEXT    NOT NULL,
+			ts      INTEGER NOT NULL,
+			seq     INTEGER NOT NULL,
+			data    BLOB,
+			PRIMARY KEY (user_id, cursor)
+		) WITHOUT ROWID`,
+		`CREATE INDEX events_by_ts ON events (ts)`,
+	}
+}
+
+// migrate brings the database on conn to the latest schema version. Each step runs in its
+// own IMMEDIATE transaction that re-reads the version under the write lock, so two
+// processes opening the same directory at once cannot apply a step twice, and a failed
+// step leaves the previous version intact. Running it on an up-to-date database does
+// nothing.
+func migrate(ctx context.Context, conn *sql.Conn) error {
+	steps := migrations()
+	for {
+		done, err := migrateStep(ctx, conn, steps)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateStep applies the next pending step, or reports done when there is none.
+func migrateStep(ctx context.Context, conn *sql.Conn, steps [][]string) (done bool, err error) {
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return false, fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	defer func() {
+		if err != nil || done {
+			_, rbErr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+			if err != nil {
+				err = errors.Join(err, rbErr)
+			}
+		}
+	}()
+	version, err := schemaVersion(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case version == len(steps):
+		return true, nil
+	case version > len(steps):
+		return false, fmt.Errorf("sqlite: migrate: database schema version %d is newer than this binary's %d",
+			version, len(steps))
+	}
+	for _, q := range steps[version] {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return false, fmt.Errorf("sqlite: migrate to version %d: %w", version+1, err)
+		}
+	}
+	// PRAGMA takes no bound parameters; version is an int, so formatting it is safe.
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, version+1)); err != nil {
+		return false, fmt.Errorf("sqlite: migrate: set version: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return false, fmt.Errorf("sqlite: migrate to version %d: commit: %w", version+1, err)
+	}
+	return false, nil
+}
+
+// schemaVersion reads the schema version stored in the database header.
+func schemaVersion(ctx context.Context, conn *sql.Conn) (int, error) {
+	var v int
+	if err := conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	return v, nil
+}

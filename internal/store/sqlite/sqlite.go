@@ -1,0 +1,305 @@
+// Package sqlite is Parley's embedded storage backend: one SQLite database file in a data
+// directory, through the pure-Go modernc.org/sqlite driver, so a single node needs no
+// other service and no cgo.
+//
+// Writes go through group commit. One goroutine owns the only read-write connection;
+// Update queues its fn, and the writer runs every queued fn (up to Options.MaxBatch) in
+// one transaction, each inside its own savepoint, and commits them with a single fsync.
+// Under load many sends share one disk sync instead of queueing for one each, and a
+// failing fn still undoes only its own writes. Reads run on a separate pool of query-only
+// connections beside the writer (WAL mode), each View on one snapshot.
+//
+// The backend only stores rows: chat rules live in package chat.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// FileName is the name of the database file inside Options.Dir. SQLite keeps its
+// write-ahead log beside it (FileName + "-wal", "-shm"); back up all three, or use
+// SQLite's backup API.
+const FileName = "parley.db"
+
+// Options configures Open. Zero values select the defaults.
+type Options struct {
+	// Dir is the data directory, created (mode 0700) if missing. Required.
+	Dir string
+	// Relaxed trades durability for commit latency: synchronous=NORMAL instead of FULL.
+	// A committed Update then survives a crash of the process but may be lost, with the
+	// commits after it, on power loss or an operating-system crash. The database stays
+	// consistent either way. Off by default: an acked message must survive power loss.
+	Relaxed bool
+	// MaxBatch caps how many Update calls share one transaction. Default 256.
+	MaxBatch int
+	// ReadConns is the size of the read-only connection pool. Default max(4, GOMAXPROCS).
+	ReadConns int
+	// BusyTimeout is how long a connection waits for a lock held by another process (a
+	// backup tool, a second Open of the same directory). Default 5s.
+	BusyTimeout time.Duration
+	// OnCommit, if set, is called after each committed batch with the number of Update
+	// calls it carried and the time from BEGIN to the end of COMMIT, for metrics. It runs
+	// on the writer goroutine, so it must be quick and must not call the Store.
+	OnCommit func(batch int, d time.Duration)
+}
+
+// withDefaults validates o and fills in its defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("sqlite: Options.Dir is required")
+	}
+	if o.MaxBatch < 0 || o.ReadConns < 0 || o.BusyTimeout < 0 {
+		return o, errors.New("sqlite: Options.MaxBatch, ReadConns and BusyTimeout must not be negative")
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 256
+	}
+	if o.ReadConns == 0 {
+		o.ReadConns = max(4, runtime.GOMAXPROCS(0))
+	}
+	if o.BusyTimeout == 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	return o, nil
+}
+
+// Store is the SQLite backend. It is safe for concurrent use.
+type Store struct {
+	w          *writer
+	reqs       chan *request
+	writerDone chan struct{}
+
+	rdb    *sql.DB
+	readSt *statements
+
+	// mu guards sending on reqs against Close closing it: senders hold it shared.
+	mu     sync.RWMutex
+	closed atomic.Bool // set once, under mu
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database in opts.Dir, brings its schema up to date,
+// and starts the writer goroutine. Close releases it.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: create data directory: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(opts.Dir, FileName))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	w, err := openWriter(ctx, path, opts)
+	if err != nil {
+		return nil, err
+	}
+	rdb, readSt, err := openReaders(ctx, path, opts)
+	if err != nil {
+		return nil, errors.Join(err, w.close())
+	}
+	s := &Store{
+		w:          w,
+		reqs:       make(chan *request, 4*opts.MaxBatch),
+		writerDone: make(chan struct{}),
+		rdb:        rdb,
+		readSt:     readSt,
+	}
+	go func() {
+		defer close(s.writerDone)
+		w.run(s.reqs)
+	}()
+	return s, nil
+}
+
+// openWriter opens the single read-write connection, migrates the schema on it, and
+// prepares every statement on it.
+func openWriter(ctx context.Context, path string, opts Options) (*writer, error) {
+	db, err := sql.Open("sqlite", dsn(path, opts, false))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, err), db.Close())
+	}
+	if err := migrate(ctx, conn); err != nil {
+		return nil, errors.Join(err, conn.Close(), db.Close())
+	}
+	st, err := prepare(ctx, conn, numStmts)
+	if err != nil {
+		return nil, errors.Join(err, conn.Close(), db.Close())
+	}
+	return &writer{db: db, conn: conn, st: st, maxBatch: opts.MaxBatch, onCommit: opts.OnCommit}, nil
+}
+
+// openReaders opens the query-only pool and prepares the read statements on it.
+func openReaders(ctx context.Context, path string, opts Options) (*sql.DB, *statements, error) {
+	db, err := sql.Open("sqlite", dsn(path, opts, true))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(opts.ReadConns)
+	db.SetMaxIdleConns(opts.ReadConns)
+	st, err := prepare(ctx, db, numReadStmts)
+	if err != nil {
+		return nil, nil, errors.Join(err, db.Close())
+	}
+	return db, st, nil
+}
+
+// dsn builds the driver's connection string. The path is URI-escaped because SQLite
+// parses "file:" names as URIs, where '?', '#' and '%' are special.
+func dsn(path string, opts Options, readOnly bool) string {
+	level := "FULL"
+	if opts.Relaxed {
+		level = "NORMAL"
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+level+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		// Truncate the log back to 64 MiB after a checkpoint rather than keep its peak size.
+		q.Add("_pragma", "journal_size_limit(67108864)")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Update implements store.Store. fn runs on the writer goroutine, batched with other
+// concurrent Updates; see the package comment. fn must not call Update or View on this
+// Store (the writer would wait for itself). A panic in fn is re-raised in the caller.
+//
+// If ctx ends before the writer reaches the request, Update returns ctx.Err() and fn never
+// runs; once fn has started, Update waits for the commit and reports its outcome.
+func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &request{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
+	if err := s.enqueue(ctx, r); err != nil {
+		return err
+	}
+	select {
+	case out := <-r.done:
+		return out.result()
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(pending, abandoned) {
+			return ctx.Err()
+		}
+		return (<-r.done).result()
+	}
+}
+
+// enqueue hands r to the writer unless the store is closed.
+func (s *Store) enqueue(ctx context.Context, r *request) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return unavailable("update")
+	}
+	select {
+	case s.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// result returns the request's error, re-raising fn's panic on the caller's goroutine.
+func (o outcome) result() error {
+	if o.panicked {
+		panic(o.panicVal)
+	}
+	return o.err
+}
+
+// View implements store.Store. The read transaction is deferred: its snapshot is taken
+// at fn's first read and holds until fn returns; fn's error is returned unchanged.
+func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error {
+	if s.closed.Load() {
+		return unavailable("view")
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return translate(err, "begin view")
+	}
+	defer func() { _ = tx.Rollback() }() // read-only: nothing to commit
+	return fn(readTx{q: view{tx: tx, st: s.readSt}})
+}
+
+// Close implements store.Store. It stops accepting Updates, lets the writer finish every
+// Update already queued, then closes the connections.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return unavailable("close")
+	}
+	s.closed.Store(true)
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.writerDone
+	return errors.Join(s.w.close(), s.readSt.close(), s.rdb.Close())
+}
+
+// view is the runner of one View: the pool's prepared statements bound to its *sql.Tx.
+type view struct {
+	tx *sql.Tx
+	st *statements
+}
+
+func (v view) stmt(ctx context.Context, id stmtID) (*sql.Stmt, error) {
+	if v.st[id] == nil {
+		return nil, fmt.Errorf("sqlite: statement %d is not available in a read-only transaction", id)
+	}
+	return v.tx.StmtContext(ctx, v.st[id]), nil
+}
+
+func (v view) exec(ctx context.Context, id stmtID, args ...any) (sql.Result, error) {
+	st, err := v.stmt(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (v view) query(ctx context.Context, id stmtID, args ...any) (*sql.Rows, error) {
+	st, err := v.stmt(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (v view) queryRow(ctx context.Context, id stmtID, args ...any) rowScanner {
+	st, err := v.stmt(ctx, id)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (v view) fail(err error, format string, args ...any) error {
+	return translate(err, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,366 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/storetest"
+)
+
+// openTest opens a store in a fresh directory and closes it at cleanup.
+func openTest(tb testing.TB, opts Options) *Store {
+	tb.Helper()
+	if opts.Dir == "" {
+		opts.Dir = tb.TempDir()
+	}
+	s, err := Open(tb.Context(), opts)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() }) // the suite's Close test closes it first
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, Options{}) })
+}
+
+func TestConformanceRelaxed(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, Options{Relaxed: true}) })
+}
+
+func BenchmarkStore(b *testing.B) {
+	storetest.Bench(b, func(b *testing.B) store.Store { return openTest(b, Options{}) })
+}
+
+func BenchmarkStoreRelaxed(b *testing.B) {
+	storetest.Bench(b, func(b *testing.B) store.Store { return openTest(b, Options{Relaxed: true}) })
+}
+
+func TestOpenOptions(t *testing.T) {
+	if _, err := Open(t.Context(), Options{}); err == nil {
+		t.Error("Open without Dir succeeded")
+	}
+	if _, err := Open(t.Context(), Options{Dir: t.TempDir(), MaxBatch: -1}); err == nil {
+		t.Error("Open with a negative MaxBatch succeeded")
+	}
+	dir := filepath.Join(t.TempDir(), "a?b#c%d", "data") // URI-special characters
+	openTest(t, Options{Dir: dir})
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatalf("data directory: %v", err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		t.Errorf("data directory mode = %v, want 0700", perm)
+	}
+	if _, err := os.Stat(filepath.Join(dir, FileName)); err != nil {
+		t.Errorf("database file: %v", err)
+	}
+}
+
+func TestReopenKeepsDataAndMigrationsAreIdempotent(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s, err := Open(ctx, Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.CreateUser(ctx, store.User{ID: "alice", Name: "Alice", TokenGen: 3}); err != nil {
+			return err
+		}
+		if err := tx.InsertMessage(ctx, store.Message{ConvID: "c1", Seq: 1, MsgID: "m1",
+			ClientMsgID: "x", SenderID: "alice", Content: []byte(`"hi"`)}); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvent(ctx, store.Event{UserID: "alice", Type: protocol.EventMessage, ConvID: "c1", Seq: 1})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	s = openTest(t, Options{Dir: dir})
+	if err := migrate(ctx, s.w.conn); err != nil {
+		t.Fatalf("migrate on an up-to-date database: %v", err)
+	}
+	if v, err := schemaVersion(ctx, s.w.conn); err != nil || v != len(migrations()) {
+		t.Errorf("schema version = %d, %v; want %d", v, err, len(migrations()))
+	}
+	var cursor int64
+	err = s.Update(ctx, func(tx store.Tx) (err error) {
+		cursor, err = tx.AppendEvent(ctx, store.Event{UserID: "alice", Type: protocol.EventRead})
+		return err
+	})
+	if err != nil || cursor != 2 {
+		t.Errorf("AppendEvent after reopen = %d, %v; want cursor 2", cursor, err)
+	}
+	err = s.View(ctx, func(tx store.ReadTx) error {
+		if u, err := tx.User(ctx, "alice"); err != nil || u.TokenGen != 3 {
+			t.Errorf("User after reopen = %+v, %v", u, err)
+		}
+		es, err := tx.Events(ctx, "alice", 0, 10)
+		if err != nil || len(es) != 2 || es[0].Message == nil || string(es[0].Message.Content) != `"hi"` {
+			t.Errorf("Events after reopen = %+v, %v", es, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewerSchemaIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, Options{Dir: dir})
+	if _, err := s.w.conn.ExecContext(t.Context(), `PRAGMA user_version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s2, err := Open(t.Context(), Options{Dir: dir}); err == nil {
+		_ = s2.Close()
+		t.Fatal("Open of a database from a newer binary succeeded")
+	}
+}
+
+// holdWriter starts an Update whose fn blocks until release is closed, and returns once
+// the writer is inside it. Updates issued meanwhile queue up behind it.
+func holdWriter(t *testing.T, s *Store) (release chan struct{}, done <-chan error) {
+	t.Helper()
+	release = make(chan struct{})
+	entered := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- s.Update(t.Context(), func(tx store.Tx) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	waitFor(t, "the writer to run the holding Update", func() bool {
+		select {
+		case <-entered:
+			return true
+		default:
+			return false
+		}
+	})
+	return release, errc
+}
+
+// waitFor polls cond until it holds, failing the test after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func TestGroupCommitBatches(t *testing.T) {
+	const queued = 50
+	var mu sync.Mutex
+	var batches []int
+	s := openTest(t, Options{OnCommit: func(n int, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, n)
+	}})
+	ctx := t.Context()
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateUser(ctx, store.User{ID: "alice"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	release, held := holdWriter(t, s)
+	errFail := errors.New("fail on purpose")
+	results := make(chan error, queued)
+	for i := range queued {
+		go func() {
+			results <- s.Update(ctx, func(tx store.Tx) error {
+				if _, err := tx.AppendEvent(ctx, store.Event{UserID: "alice", Type: protocol.EventRead}); err != nil {
+					return err
+				}
+				if i%10 == 0 {
+					return errFail // undone alone, inside the shared transaction
+				}
+				return nil
+			})
+		}()
+	}
+	waitFor(t, "the Updates to queue", func() bool { return len(s.reqs) == queued })
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("holding Update: %v", err)
+	}
+	failed := 0
+	for range queued {
+		switch err := <-results; {
+		case errors.Is(err, errFail):
+			failed++
+		case err != nil:
+			t.Errorf("Update: %v", err)
+		}
+	}
+	if failed != queued/10 {
+		t.Errorf("%d Updates failed, want %d", failed, queued/10)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, 1, queued}; !slices.Equal(batches, want) {
+		t.Errorf("commit batch sizes = %v, want %v: queued Updates must share one commit", batches, want)
+	}
+	var b store.CursorBounds
+	err := s.View(ctx, func(tx store.ReadTx) (err error) {
+		b, err = tx.Cursors(ctx, "alice")
+		return err
+	})
+	if err != nil || b.Last != queued-queued/10 {
+		t.Errorf("Cursors = %+v, %v; want Last %d (gapless over the failures)", b, err, queued-queued/10)
+	}
+}
+
+func TestMaxBatchCapsBatches(t *testing.T) {
+	var mu sync.Mutex
+	var batches []int
+	s := openTest(t, Options{MaxBatch: 4, OnCommit: func(n int, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, n)
+	}})
+	release, held := holdWriter(t, s)
+	results := make(chan error, 10)
+	for range 10 {
+		go func() { results <- s.Update(t.Context(), func(store.Tx) error { return nil }) }()
+	}
+	waitFor(t, "the Updates to queue", func() bool { return len(s.reqs) == 10 })
+	close(release)
+	<-held
+	for range 10 {
+		if err := <-results; err != nil {
+			t.Error(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, 4, 4, 2}; !slices.Equal(batches, want) {
+		t.Errorf("batch sizes = %v, want %v", batches, want)
+	}
+}
+
+func TestCanceledRequestIsSkipped(t *testing.T) {
+	s := openTest(t, Options{})
+	release, held := holdWriter(t, s)
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{}, 1)
+	result := make(chan error, 1)
+	go func() {
+		result <- s.Update(ctx, func(store.Tx) error { ran <- struct{}{}; return nil })
+	}()
+	waitFor(t, "the Update to queue", func() bool { return len(s.reqs) == 1 })
+	cancel()
+	if err := <-result; !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled Update = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	// A later Update runs after the writer has passed the canceled request.
+	if err := s.Update(t.Context(), func(store.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+		t.Error("fn of a canceled Update ran")
+	default:
+	}
+}
+
+func TestPanicInFnReachesCallerAndWriterSurvives(t *testing.T) {
+	s := openTest(t, Options{})
+	ctx := t.Context()
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want the fn's panic", v)
+			}
+		}()
+		_ = s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.CreateUser(ctx, store.User{ID: "ghost"}); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	err := s.Update(ctx, func(tx store.Tx) error {
+		if _, err := tx.User(ctx, "ghost"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("User written by a panicking fn: %v, want ErrNotFound", err)
+		}
+		return tx.CreateUser(ctx, store.User{ID: "ghost"})
+	})
+	if err != nil {
+		t.Errorf("Update after a panic: %v", err)
+	}
+}
+
+func TestKeptTxIsRefused(t *testing.T) {
+	s := openTest(t, Options{})
+	ctx := t.Context()
+	var kept store.Tx
+	if err := s.Update(ctx, func(tx store.Tx) error { kept = tx; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.CreateUser(ctx, store.User{ID: "late"}); err == nil {
+		t.Error("a tx kept after its Update returned still wrote")
+	}
+}
+
+func TestCloseDrainsQueuedUpdates(t *testing.T) {
+	s := openTest(t, Options{})
+	ctx := t.Context()
+	release, held := holdWriter(t, s)
+	results := make(chan error, 5)
+	for i := range 5 {
+		go func() {
+			results <- s.Update(ctx, func(tx store.Tx) error {
+				return tx.CreateUser(ctx, store.User{ID: string(rune('a' + i))})
+			})
+		}()
+	}
+	waitFor(t, "the Updates to queue", func() bool { return len(s.reqs) == 5 })
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	waitFor(t, "Close to start", func() bool { return s.closed.Load() })
+	close(release)
+	<-held
+	for range 5 {
+		if err := <-results; err != nil {
+			t.Errorf("Update queued before Close: %v", err)
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}

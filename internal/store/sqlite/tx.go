@@ -1,0 +1,387 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// runner executes prepared statements inside one transaction. The read side runs them on
+// a pooled *sql.Tx; the write side on the writer's single connection (see scope).
+type runner interface {
+	exec(ctx context.Context, id stmtID, args ...any) (sql.Result, error)
+	query(ctx context.Context, id stmtID, args ...any) (*sql.Rows, error)
+	queryRow(ctx context.Context, id stmtID, args ...any) rowScanner
+	// fail translates err (see translate) with a description built from format and args,
+	// and lets the runner react to it: the writer stops its batch on ErrUnavailable.
+	fail(err error, format string, args ...any) error
+}
+
+// readTx implements store.ReadTx on a runner.
+type readTx struct{ q runner }
+
+// writeTx implements store.Tx on a runner.
+type writeTx struct{ readTx }
+
+var (
+	_ store.ReadTx = readTx{}
+	_ store.Tx     = writeTx{}
+)
+
+// rowScanner is what *sql.Row and *sql.Rows have in common.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// User implements store.UserReader.
+func (t readTx) User(ctx context.Context, id string) (store.User, error) {
+	var u store.User
+	err := t.q.queryRow(ctx, stUser, id).Scan(&u.ID, &u.Name, &u.TokenGen, &u.CreatedAt)
+	if err != nil {
+		return store.User{}, t.q.fail(err, "user %q", id)
+	}
+	return u, nil
+}
+
+// CreateUser implements store.UserWriter.
+func (t writeTx) CreateUser(ctx context.Context, u store.User) error {
+	if _, err := t.q.exec(ctx, stCreateUser, u.ID, u.Name, u.TokenGen, u.CreatedAt); err != nil {
+		return t.q.fail(err, "create user %q", u.ID)
+	}
+	return nil
+}
+
+// SetTokenGen implements store.UserWriter.
+func (t writeTx) SetTokenGen(ctx context.Context, id string, gen int64) error {
+	res, err := t.q.exec(ctx, stSetTokenGen, gen, id)
+	return t.expectOne(res, err, "set token generation of user %q", id)
+}
+
+// Conversation implements store.ConversationReader.
+func (t readTx) Conversation(ctx context.Context, id string) (store.Conversation, error) {
+	c, err := scanConversation(t.q.queryRow(ctx, stConversation, id))
+	if err != nil {
+		return store.Conversation{}, t.q.fail(err, "conversation %q", id)
+	}
+	return c, nil
+}
+
+// CreateConversation implements store.ConversationWriter.
+func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) error {
+	_, err := t.q.exec(ctx, stCreateConversation, c.ID, c.Type, c.Name, c.OwnerID, c.ReadDetail,
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt)
+	if err != nil {
+		return t.q.fail(err, "create conversation %q", c.ID)
+	}
+	return nil
+}
+
+// UpdateConversation implements store.ConversationWriter.
+func (t writeTx) UpdateConversation(ctx context.Context, c store.Conversation) error {
+	res, err := t.q.exec(ctx, stUpdateConversation, c.Type, c.Name, c.OwnerID, c.ReadDetail,
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ID)
+	return t.expectOne(res, err, "update conversation %q", c.ID)
+}
+
+// Member implements store.MemberReader.
+func (t readTx) Member(ctx context.Context, convID, userID string) (store.Member, error) {
+	m, err := scanMember(t.q.queryRow(ctx, stMember, convID, userID))
+	if err != nil {
+		return store.Member{}, t.q.fail(err, "member %q of conversation %q", userID, convID)
+	}
+	return m, nil
+}
+
+// Members implements store.MemberReader.
+func (t readTx) Members(ctx context.Context, convID string) ([]store.Member, error) {
+	rows, err := t.q.query(ctx, stMembers, convID)
+	if err != nil {
+		return nil, t.q.fail(err, "members of conversation %q", convID)
+	}
+	ms, err := collect(rows, scanMember)
+	if err != nil {
+		return nil, t.q.fail(err, "members of conversation %q", convID)
+	}
+	return ms, nil
+}
+
+// Memberships implements store.MemberReader.
+func (t readTx) Memberships(ctx context.Context, userID string) ([]store.Membership, error) {
+	rows, err := t.q.query(ctx, stMemberships, userID)
+	if err != nil {
+		return nil, t.q.fail(err, "memberships of user %q", userID)
+	}
+	ms, err := collect(rows, scanMembership)
+	if err != nil {
+		return nil, t.q.fail(err, "memberships of user %q", userID)
+	}
+	return ms, nil
+}
+
+// PutMember implements store.MemberWriter.
+func (t writeTx) PutMember(ctx context.Context, m store.Member) error {
+	_, err := t.q.exec(ctx, stPutMember, m.ConvID, m.UserID, m.JoinedAt, m.Ordinal, m.JoinSeq,
+		m.ClearedSeq, m.ReadSeq, m.DeliveredSeq, m.Hidden)
+	if err != nil {
+		return t.q.fail(err, "put member %q of conversation %q", m.UserID, m.ConvID)
+	}
+	return nil
+}
+
+// DeleteMember implements store.MemberWriter.
+func (t writeTx) DeleteMember(ctx context.Context, convID, userID string) error {
+	res, err := t.q.exec(ctx, stDeleteMember, convID, userID)
+	return t.expectOne(res, err, "delete member %q of conversation %q", userID, convID)
+}
+
+// Message implements store.MessageReader.
+func (t readTx) Message(ctx context.Context, convID string, seq int64) (store.Message, error) {
+	m, err := scanMessage(t.q.queryRow(ctx, stMessage, convID, seq))
+	if err != nil {
+		return store.Message{}, t.q.fail(err, "message %q/%d", convID, seq)
+	}
+	return m, nil
+}
+
+// MessageByClientID implements store.MessageReader.
+func (t readTx) MessageByClientID(ctx context.Context, senderID, clientMsgID string) (store.Message, error) {
+	m, err := scanMessage(t.q.queryRow(ctx, stMessageByClientID, senderID, clientMsgID))
+	if err != nil {
+		return store.Message{}, t.q.fail(err, "message %q of sender %q", clientMsgID, senderID)
+	}
+	return m, nil
+}
+
+// Messages implements store.MessageReader. A Limit of zero or less selects nothing.
+func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRange) ([]store.Message, error) {
+	limit := max(r.Limit, 0)
+	var rows *sql.Rows
+	var err error
+	if r.BeforeSeq > 0 {
+		rows, err = t.q.query(ctx, stMessagesBefore, convID, r.Floor, r.BeforeSeq, limit)
+	} else {
+		rows, err = t.q.query(ctx, stMessagesAfter, convID, max(r.AfterSeq, r.Floor), limit)
+	}
+	if err != nil {
+		return nil, t.q.fail(err, "messages of conversation %q", convID)
+	}
+	ms, err := collect(rows, scanMessage)
+	if err != nil {
+		return nil, t.q.fail(err, "messages of conversation %q", convID)
+	}
+	if r.BeforeSeq > 0 {
+		slices.Reverse(ms) // selected newest first so that LIMIT keeps the latest
+	}
+	return ms, nil
+}
+
+// InsertMessage implements store.MessageWriter.
+func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
+	_, err := t.q.exec(ctx, stInsertMessage, m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID,
+		m.ContentType, blob(m.Content), blob(m.Extra), m.CreatedAt, m.Recalled)
+	if err != nil {
+		return t.q.fail(err, "insert message %q/%d", m.ConvID, m.Seq)
+	}
+	return nil
+}
+
+// RecallMessage implements store.MessageWriter.
+func (t writeTx) RecallMessage(ctx context.Context, convID string, seq int64) error {
+	res, err := t.q.exec(ctx, stRecallMessage, convID, seq)
+	return t.expectOne(res, err, "recall message %q/%d", convID, seq)
+}
+
+// Events implements store.EventReader. A limit of zero or less selects nothing.
+func (t readTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
+	rows, err := t.q.query(ctx, stEvents, protocol.EventMessage, userID, after, max(limit, 0))
+	if err != nil {
+		return nil, t.q.fail(err, "events of user %q", userID)
+	}
+	es, err := collect(rows, scanEvent)
+	if err != nil {
+		return nil, t.q.fail(err, "events of user %q", userID)
+	}
+	for i := range es {
+		es[i].UserID = userID
+	}
+	return es, nil
+}
+
+// Cursors implements store.EventReader.
+func (t readTx) Cursors(ctx context.Context, userID string) (store.CursorBounds, error) {
+	var b store.CursorBounds
+	if err := t.q.queryRow(ctx, stCursors, userID).Scan(&b.Last, &b.Pruned); err != nil {
+		return store.CursorBounds{}, t.q.fail(err, "cursors of user %q", userID)
+	}
+	return b, nil
+}
+
+// AppendEvent implements store.EventWriter. The cursor comes from the user row, updated in
+// the same transaction, so cursors are gapless per user whatever the batch holds.
+func (t writeTx) AppendEvent(ctx context.Context, e store.Event) (int64, error) {
+	var cursor int64
+	if err := t.q.queryRow(ctx, stNextCursor, e.UserID).Scan(&cursor); err != nil {
+		return 0, t.q.fail(err, "append event: user %q", e.UserID)
+	}
+	_, err := t.q.exec(ctx, stInsertEvent, e.UserID, cursor, e.Type, e.ConvID, e.TS, e.Seq, blob(e.Data))
+	if err != nil {
+		return 0, t.q.fail(err, "append event %d of user %q", cursor, e.UserID)
+	}
+	return cursor, nil
+}
+
+// PruneEvents implements store.EventWriter. After removing the oldest events it also
+// removes any event of an affected user at or below the new Pruned bound that a clock step
+// backwards left with a later ts, so that "every cursor <= Pruned is gone" holds; such
+// stragglers count in the result and may take it past limit.
+func (t writeTx) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+	highest, removed, err := t.pruneOldest(ctx, before, max(limit, 0))
+	if err != nil {
+		return 0, err
+	}
+	users := make([]string, 0, len(highest))
+	for u := range highest {
+		users = append(users, u)
+	}
+	slices.Sort(users) // a fixed order keeps lock and log order deterministic
+	for _, u := range users {
+		n, err := t.raisePruned(ctx, u, highest[u])
+		if err != nil {
+			return 0, err
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// pruneOldest deletes up to limit events with ts < before, oldest first, and returns the
+// highest cursor removed per user and how many it removed.
+func (t writeTx) pruneOldest(ctx context.Context, before int64, limit int) (map[string]int64, int, error) {
+	rows, err := t.q.query(ctx, stPruneOldest, before, limit)
+	if err != nil {
+		return nil, 0, t.q.fail(err, "prune events")
+	}
+	defer rows.Close()
+	highest := make(map[string]int64)
+	removed := 0
+	for rows.Next() {
+		var user string
+		var cursor int64
+		if err := rows.Scan(&user, &cursor); err != nil {
+			return nil, 0, t.q.fail(err, "prune events")
+		}
+		highest[user] = max(highest[user], cursor)
+		removed++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, t.q.fail(err, "prune events")
+	}
+	return highest, removed, nil
+}
+
+// raisePruned removes the user's events up to cursor and raises its Pruned bound to it.
+func (t writeTx) raisePruned(ctx context.Context, user string, cursor int64) (int, error) {
+	res, err := t.q.exec(ctx, stPruneUpTo, user, cursor)
+	if err != nil {
+		return 0, t.q.fail(err, "prune events of user %q", user)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, t.q.fail(err, "prune events of user %q", user)
+	}
+	if _, err := t.q.exec(ctx, stRaisePruned, cursor, user); err != nil {
+		return 0, t.q.fail(err, "raise pruned cursor of user %q", user)
+	}
+	return int(n), nil
+}
+
+// expectOne turns an UPDATE or DELETE that matched no row into ErrNotFound.
+func (t writeTx) expectOne(res sql.Result, err error, format string, args ...any) error {
+	if err != nil {
+		return t.q.fail(err, format, args...)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return t.q.fail(err, format, args...)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlite: %s: %w", fmt.Sprintf(format, args...), store.ErrNotFound)
+	}
+	return nil
+}
+
+// blob stores a nil slice as NULL, so that "absent" survives a round trip.
+func blob(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// collect scans every row with scan and closes rows.
+func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func scanConversation(r rowScanner) (store.Conversation, error) {
+	var c store.Conversation
+	err := r.Scan(&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
+		&c.CreatedAt, &c.UpdatedAt)
+	return c, err
+}
+
+func scanMember(r rowScanner) (store.Member, error) {
+	var m store.Member
+	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
+		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden)
+	return m, err
+}
+
+func scanMembership(r rowScanner) (store.Membership, error) {
+	var m store.Membership
+	c := &m.Conversation
+	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
+		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden,
+		&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
+		&c.CreatedAt, &c.UpdatedAt)
+	return m, err
+}
+
+func scanMessage(r rowScanner) (store.Message, error) {
+	var m store.Message
+	err := r.Scan(&m.ConvID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderID, &m.ContentType,
+		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled)
+	return m, err
+}
+
+// scanEvent reads an events row and its LEFT JOINed message, whose columns are all NULL
+// unless the event references a stored message.
+func scanEvent(r rowScanner) (store.Event, error) {
+	var e store.Event
+	var msgID, clientMsgID, senderID sql.NullString
+	var contentType, createdAt sql.NullInt64
+	var recalled sql.NullBool
+	var content, extra []byte
+	err := r.Scan(&e.Cursor, &e.Type, &e.ConvID, &e.TS, &e.Seq, &e.Data,
+		&msgID, &clientMsgID, &senderID, &contentType, &content, &extra, &createdAt, &recalled)
+	if err != nil || !msgID.Valid {
+		return e, err
+	}
+	e.Message = &store.Message{
+		ConvID: e.ConvID, Seq: e.Seq, MsgID: msgID.String, ClientMsgID: clientMsgID.String,
+		SenderID: senderID.String, ContentType: int(contentType.Int64), Content: content,
+		Extra: extra, CreatedAt: createdAt.Int64, Recalled: recalled.Bool,
+	}
+	return e, nil
+}

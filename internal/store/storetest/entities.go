@@ -1,0 +1,225 @@
+package storetest
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+func testUserCreateAndLookup(t *testing.T, s store.Store) {
+	want := newUser("alice")
+	createUsers(t, s, want.ID)
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		got, err := tx.User(ctx, want.ID)
+		if err != nil {
+			t.Fatalf("User: %v", err)
+		}
+		if got != want {
+			t.Errorf("User = %+v, want %+v", got, want)
+		}
+		return nil
+	})
+}
+
+func testUserExists(t *testing.T, s store.Store) {
+	createUsers(t, s, "alice")
+	other := newUser("alice")
+	other.Name = "impostor"
+	err := s.Update(t.Context(), func(tx store.Tx) error { return tx.CreateUser(t.Context(), other) })
+	wantErr(t, "CreateUser of an existing id", err, store.ErrExists)
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		if got, err := tx.User(ctx, "alice"); err != nil || got.Name != newUser("alice").Name {
+			t.Errorf("User after a failed duplicate = %+v, %v; want the original", got, err)
+		}
+		return nil
+	})
+}
+
+func testUserNotFound(t *testing.T, s store.Store) {
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		_, err := tx.User(ctx, "nobody")
+		wantErr(t, "User in View", err, store.ErrNotFound)
+		return nil
+	})
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		_, err := tx.User(ctx, "nobody")
+		wantErr(t, "User in Update", err, store.ErrNotFound)
+		return nil
+	})
+}
+
+func testUserSetTokenGen(t *testing.T, s store.Store) {
+	createUsers(t, s, "alice")
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		wantErr(t, "SetTokenGen of an unknown user", tx.SetTokenGen(ctx, "nobody", 2), store.ErrNotFound)
+		return tx.SetTokenGen(ctx, "alice", 7)
+	})
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		if u, err := tx.User(ctx, "alice"); err != nil || u.TokenGen != 7 {
+			t.Errorf("User = %+v, %v; want TokenGen 7", u, err)
+		}
+		return nil
+	})
+}
+
+func testConversationCreateAndLookup(t *testing.T, s store.Store) {
+	want := newConversation("c1")
+	want.ReadDetail = true
+	want.MaxSeq = 3
+	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.CreateConversation(ctx, want) })
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		got, err := tx.Conversation(ctx, "c1")
+		if err != nil || got != want {
+			t.Errorf("Conversation = %+v, %v; want %+v", got, err, want)
+		}
+		return nil
+	})
+}
+
+func testConversationExistsAndNotFound(t *testing.T, s store.Store) {
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		return tx.CreateConversation(ctx, newConversation("c1"))
+	})
+	err := s.Update(t.Context(), func(tx store.Tx) error {
+		return tx.CreateConversation(t.Context(), newConversation("c1"))
+	})
+	wantErr(t, "CreateConversation of an existing id", err, store.ErrExists)
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		_, err := tx.Conversation(ctx, "c2")
+		wantErr(t, "Conversation of an unknown id", err, store.ErrNotFound)
+		return nil
+	})
+}
+
+func testConversationUpdate(t *testing.T, s store.Store) {
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		return tx.CreateConversation(ctx, newConversation("c1"))
+	})
+	want := store.Conversation{
+		ID: "c1", Type: "direct", Name: "renamed", OwnerID: "bob", ReadDetail: true,
+		MaxSeq: 42, MembersCount: 5, CreatedAt: 11, UpdatedAt: 12,
+	}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		wantErr(t, "UpdateConversation of an unknown id",
+			tx.UpdateConversation(ctx, store.Conversation{ID: "c2"}), store.ErrNotFound)
+		return tx.UpdateConversation(ctx, want)
+	})
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		got, err := tx.Conversation(ctx, "c1")
+		if err != nil || got != want {
+			t.Errorf("Conversation = %+v, %v; want every field overwritten: %+v", got, err, want)
+		}
+		_, err = tx.Conversation(ctx, "c2")
+		wantErr(t, "Conversation after a failed UpdateConversation", err, store.ErrNotFound)
+		return nil
+	})
+}
+
+func testMemberPutAndLookup(t *testing.T, s store.Store) {
+	m := store.Member{ConvID: "c1", UserID: "alice", JoinedAt: 5, Ordinal: 1, JoinSeq: 2}
+	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.PutMember(ctx, m) })
+	m2 := store.Member{ConvID: "c1", UserID: "alice", JoinedAt: 6, Ordinal: 9, JoinSeq: 3,
+		ClearedSeq: 4, ReadSeq: 5, DeliveredSeq: 6, Hidden: true}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		got, err := tx.Member(ctx, "c1", "alice")
+		if err != nil || got != m {
+			t.Errorf("Member after insert = %+v, %v; want %+v", got, err, m)
+		}
+		return tx.PutMember(ctx, m2)
+	})
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		got, err := tx.Member(ctx, "c1", "alice")
+		if err != nil || got != m2 {
+			t.Errorf("Member after overwrite = %+v, %v; want %+v", got, err, m2)
+		}
+		_, err = tx.Member(ctx, "c1", "bob")
+		wantErr(t, "Member of a non-member", err, store.ErrNotFound)
+		return nil
+	})
+}
+
+func testMembersOrdered(t *testing.T, s store.Store) {
+	users := []string{"carol", "alice", "bob", "dave"}
+	ordinals := []int64{3, 1, 2, 4}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		for i, u := range users {
+			if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: u, Ordinal: ordinals[i]}); err != nil {
+				return err
+			}
+		}
+		return tx.PutMember(ctx, store.Member{ConvID: "other", UserID: "alice", Ordinal: 1})
+	})
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		ms, err := tx.Members(ctx, "c1")
+		if err != nil {
+			t.Fatalf("Members: %v", err)
+		}
+		var got []string
+		for _, m := range ms {
+			got = append(got, m.UserID)
+		}
+		if want := []string{"alice", "bob", "carol", "dave"}; !slices.Equal(got, want) {
+			t.Errorf("Members order = %v, want %v (by Ordinal)", got, want)
+		}
+		if ms, err := tx.Members(ctx, "none"); err != nil || len(ms) != 0 {
+			t.Errorf("Members of an unknown conversation = %v, %v; want empty", ms, err)
+		}
+		return nil
+	})
+}
+
+func testMemberships(t *testing.T, s store.Store) {
+	c1, c2 := newConversation("c1"), newConversation("c2")
+	m1 := store.Member{ConvID: "c1", UserID: "alice", Ordinal: 1, ReadSeq: 3}
+	m2 := store.Member{ConvID: "c2", UserID: "alice", Ordinal: 2, Hidden: true}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		for _, c := range []store.Conversation{c1, c2, newConversation("c3")} {
+			if err := tx.CreateConversation(ctx, c); err != nil {
+				return err
+			}
+		}
+		for _, m := range []store.Member{m1, m2, {ConvID: "c3", UserID: "bob"}} {
+			if err := tx.PutMember(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		got, err := tx.Memberships(ctx, "alice")
+		if err != nil {
+			t.Fatalf("Memberships: %v", err)
+		}
+		slices.SortFunc(got, func(a, b store.Membership) int { return strings.Compare(a.ConvID, b.ConvID) })
+		want := []store.Membership{{Member: m1, Conversation: c1}, {Member: m2, Conversation: c2}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Memberships = %+v, want %+v (hidden included)", got, want)
+		}
+		if got, err := tx.Memberships(ctx, "carol"); err != nil || len(got) != 0 {
+			t.Errorf("Memberships of a user in none = %v, %v; want empty", got, err)
+		}
+		return nil
+	})
+}
+
+func testMemberDelete(t *testing.T, s store.Store) {
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		return tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: "alice"})
+	})
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		if err := tx.DeleteMember(ctx, "c1", "alice"); err != nil {
+			t.Errorf("DeleteMember: %v", err)
+		}
+		wantErr(t, "DeleteMember twice", tx.DeleteMember(ctx, "c1", "alice"), store.ErrNotFound)
+		return nil
+	})
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		_, err := tx.Member(ctx, "c1", "alice")
+		wantErr(t, "Member after DeleteMember", err, store.ErrNotFound)
+		return nil
+	})
+}

@@ -1,0 +1,131 @@
+// Package storetest is the conformance suite of the store contract. Every backend runs
+// Run and Bench unchanged from its own tests, so the backends cannot drift apart: a
+// behaviour the chat layer relies on is either asserted here or not relied on.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { return openTestStore(t) })
+//	}
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// Run runs the conformance suite. open must return a fresh, empty store that no other
+// test shares, and close it at the test's cleanup (a Close error after the suite's own
+// Close is to be ignored). Subtests run in parallel.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"Users/CreateAndLookup", testUserCreateAndLookup},
+		{"Users/Exists", testUserExists},
+		{"Users/NotFound", testUserNotFound},
+		{"Users/SetTokenGen", testUserSetTokenGen},
+		{"Conversations/CreateAndLookup", testConversationCreateAndLookup},
+		{"Conversations/ExistsAndNotFound", testConversationExistsAndNotFound},
+		{"Conversations/Update", testConversationUpdate},
+		{"Members/PutAndLookup", testMemberPutAndLookup},
+		{"Members/OrderedByOrdinal", testMembersOrdered},
+		{"Members/Memberships", testMemberships},
+		{"Members/Delete", testMemberDelete},
+		{"Messages/InsertAndLookup", testMessageInsertAndLookup},
+		{"Messages/Uniqueness", testMessageUniqueness},
+		{"Messages/Ranges", testMessageRanges},
+		{"Messages/Recall", testMessageRecall},
+		{"Events/AppendGapless", testEventAppendGapless},
+		{"Events/AppendUnknownUser", testEventAppendUnknownUser},
+		{"Events/Read", testEventsRead},
+		{"Events/MessagePayload", testEventsMessagePayload},
+		{"Events/Cursors", testEventCursors},
+		{"Events/Prune", testEventPrune},
+		{"Update/ErrorLeavesNothing", testUpdateErrorLeavesNothing},
+		{"Update/ExistsDoesNotAbort", testUpdateExistsDoesNotAbort},
+		{"Update/SeesEarlierUpdates", testUpdateSeesEarlier},
+		{"Update/ConcurrentAppends", testUpdateConcurrentAppends},
+		{"Update/ConcurrentFailuresIsolated", testUpdateConcurrentFailures},
+		{"View/Snapshot", testViewSnapshot},
+		{"View/SeesReturnedUpdate", testViewSeesReturnedUpdate},
+		{"Close", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+// errTest is returned by fns that must fail.
+var errTest = errors.New("storetest: fn failed on purpose")
+
+// update runs fn in an Update and fails the test on error.
+func update(t testing.TB, s store.Store, fn func(ctx context.Context, tx store.Tx) error) {
+	t.Helper()
+	ctx := t.Context()
+	if err := s.Update(ctx, func(tx store.Tx) error { return fn(ctx, tx) }); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+}
+
+// view runs fn in a View and fails the test on error.
+func view(t testing.TB, s store.Store, fn func(ctx context.Context, tx store.ReadTx) error) {
+	t.Helper()
+	ctx := t.Context()
+	if err := s.View(ctx, func(tx store.ReadTx) error { return fn(ctx, tx) }); err != nil {
+		t.Fatalf("View: %v", err)
+	}
+}
+
+// wantErr fails the test unless errors.Is(err, want).
+func wantErr(t testing.TB, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: error %v, want %v", what, err, want)
+	}
+}
+
+// newUser returns a user fixture.
+func newUser(id string) store.User {
+	return store.User{ID: id, Name: "name of " + id, TokenGen: 1, CreatedAt: 1_700_000_000_000}
+}
+
+// newConversation returns a conversation fixture.
+func newConversation(id string) store.Conversation {
+	return store.Conversation{
+		ID: id, Type: "group", Name: "conv " + id, OwnerID: "alice", MembersCount: 2,
+		CreatedAt: 1_700_000_000_001, UpdatedAt: 1_700_000_000_002,
+	}
+}
+
+// newMessage returns a message fixture with content and extra.
+func newMessage(convID string, seq int64, sender string) store.Message {
+	return store.Message{
+		ConvID: convID, Seq: seq, SenderID: sender,
+		MsgID:       fmt.Sprintf("msg-%s-%d", convID, seq),
+		ClientMsgID: fmt.Sprintf("cli-%s-%d", convID, seq),
+		ContentType: 1,
+		Content:     fmt.Appendf(nil, `{"text":"message %d"}`, seq),
+		Extra:       []byte(`{"k":"v"}`),
+		CreatedAt:   1_700_000_001_000 + seq,
+	}
+}
+
+// createUsers stores a user fixture for each id.
+func createUsers(t testing.TB, s store.Store, ids ...string) {
+	t.Helper()
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		for _, id := range ids {
+			if err := tx.CreateUser(ctx, newUser(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
