@@ -33,7 +33,10 @@ type Store interface {
 	// transaction work and must not keep tx after returning. If the commit itself fails,
 	// Update returns an error wrapping ErrUnavailable and nothing of fn is stored.
 	// Update calls are serializable: each fn sees the writes of every Update that returned
-	// before it started.
+	// before it started. fn may run on a goroutine of the backend (SQLite runs every fn on
+	// its one writer goroutine), so it must not call the Store itself (a nested Update would
+	// deadlock) nor call t.Fatal. A method of tx that returns ErrNotFound or ErrExists leaves
+	// the transaction usable: fn may handle the error and go on.
 	Update(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction that sees one consistent snapshot.
 	View(ctx context.Context, fn func(tx ReadTx) error) error
@@ -223,7 +226,7 @@ type CursorBounds struct {
 // EventReader reads event logs.
 type EventReader interface {
 	// Events returns up to limit events of the user with cursor > after, ascending, each
-	// "message" event with its Message filled in.
+	// "message" event (Type "message") with its Message filled in. An unknown user has none.
 	Events(ctx context.Context, userID string, after int64, limit int) ([]Event, error)
 	// Cursors returns the bounds of the user's log; ErrNotFound for an unknown user.
 	Cursors(ctx context.Context, userID string) (CursorBounds, error)
