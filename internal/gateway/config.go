@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config holds the gateway's tunables. The zero value is not valid; start from
+// DefaultConfig.
+type Config struct {
+	// HeartbeatInterval is how often the server pings each WebSocket. Default 30 s.
+	HeartbeatInterval time.Duration
+	// IdleTimeout closes a WebSocket from which nothing (frame or pong) arrived for this
+	// long. It must exceed HeartbeatInterval. Default 75 s.
+	IdleTimeout time.Duration
+	// SendQueue is the number of outbound frames a WebSocket may have pending (replies and
+	// pushes each get a queue this long; the hub subscription buffers as many events). A
+	// client that lets its queue fill is disconnected. Default 256.
+	SendQueue int
+	// WriteTimeout bounds one WebSocket write; a client that does not read for this long is
+	// disconnected. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxBodyBytes is the largest HTTP request body; larger ones get 413. Default 1 MiB.
+	MaxBodyBytes int64
+	// SendRate and SendBurst limit messages sent per device (per second, token bucket).
+	// SendRate 0 turns the limit off. Default 100/s, burst 200.
+	SendRate  float64
+	SendBurst int
+	// RequestRate and RequestBurst limit requests of any kind per device (HTTP calls,
+	// WebSocket frames and upgrades). RequestRate 0 turns the limit off. Default 500/s,
+	// burst 1000.
+	RequestRate  float64
+	RequestBurst int
+}
+
+// DefaultConfig returns the defaults of PROTOCOL.md and of the comments above.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatInterval: 30 * time.Second,
+		IdleTimeout:       75 * time.Second,
+		SendQueue:         256,
+		WriteTimeout:      10 * time.Second,
+		MaxBodyBytes:      1 << 20,
+		SendRate:          100,
+		SendBurst:         200,
+		RequestRate:       500,
+		RequestBurst:      1000,
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.HeartbeatInterval <= 0 {
+		errs = append(errs, errors.New("heartbeat interval must be positive"))
+	}
+	if c.IdleTimeout <= c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("idle timeout (%v) must exceed the heartbeat interval (%v)", c.IdleTimeout, c.HeartbeatInterval))
+	}
+	if c.SendQueue < 1 {
+		errs = append(errs, errors.New("send queue must be at least 1"))
+	}
+	if c.WriteTimeout <= 0 {
+		errs = append(errs, errors.New("write timeout must be positive"))
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, errors.New("max body bytes must be positive"))
+	}
+	errs = append(errs, validRate("send", c.SendRate, c.SendBurst), validRate("request", c.RequestRate, c.RequestBurst))
+	return errors.Join(errs...)
+}
+
+func validRate(name string, r float64, burst int) error {
+	switch {
+	case r < 0 || r != r: // r != r: NaN
+		return fmt.Errorf("%s rate must be 0 (off) or positive", name)
+	case r > 0 && burst < 1:
+		return fmt.Errorf("%s burst must be at least 1 when the %s rate is on", name, name)
+	}
+	return nil
+}

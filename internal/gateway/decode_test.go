@@ -1,0 +1,374 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// wantCode asserts that err maps to code (0: no error).
+func wantCode(t *testing.T, err error, code int) {
+	t.Helper()
+	switch {
+	case code == 0 && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case code != 0 && err == nil:
+		t.Fatalf("no error, want %d", code)
+	case code != 0 && statusOf(err) != code:
+		t.Fatalf("error %q maps to %d, want %d", err, statusOf(err), code)
+	}
+}
+
+func TestDecodeObject(t *testing.T) {
+	tests := []struct {
+		name, in string
+		code     int
+		msg      string // a part of the error message
+	}{
+		{"object", `{"user_id":"a"}`, 0, ""},
+		{"leading space", " \n{\"user_id\":\"a\"}", 0, ""},
+		{"unknown fields ignored", `{"user_id":"a","x":{"y":[1,2]}}`, 0, ""},
+		{"empty", ``, 400, "empty"},
+		{"whitespace only", "  \n", 400, "empty"},
+		{"array", `[1,2]`, 400, "JSON object"},
+		{"string", `"x"`, 400, "JSON object"},
+		{"null", `null`, 400, "JSON object"},
+		{"truncated", `{"user_id":"a"`, 400, "malformed JSON"},
+		{"trailing object", `{"user_id":"a"}{}`, 400, "malformed JSON"},
+		{"trailing garbage", `{"user_id":"a"} x`, 400, "malformed JSON"},
+		{"wrong type", `{"user_id":5}`, 400, `"user_id" must be a string`},
+		{"not JSON", `hello`, 400, "JSON object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var v protocol.CreateUserRequest
+			err := decodeObject([]byte(tt.in), &v)
+			wantCode(t, err, tt.code)
+			if err != nil && !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("error %q does not mention %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+func TestDecodeFrame(t *testing.T) {
+	tests := []struct {
+		name, in string
+		id, op   string
+		code     int
+	}{
+		{"ping", `{"id":"1","op":"ping"}`, "1", "ping", 0},
+		{"params beside", `{"id":"a","op":"send","conv_id":"c"}`, "a", "send", 0},
+		{"no id", `{"op":"ping"}`, "", "ping", 0},
+		{"no op", `{"id":"7"}`, "7", "", 400},
+		{"op not a string keeps id", `{"id":"7","op":5}`, "7", "", 400},
+		{"id not a string", `{"id":7,"op":"ping"}`, "", "", 400},
+		{"not JSON", `ping`, "", "", 400},
+		{"array", `[]`, "", "", 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := decodeFrame([]byte(tt.in))
+			wantCode(t, err, tt.code)
+			if f.ID != tt.id || (err == nil && f.Op != tt.op) {
+				t.Fatalf("got %+v, want id %q op %q", f, tt.id, tt.op)
+			}
+		})
+	}
+}
+
+func TestDecodeSendRequest(t *testing.T) {
+	big := strings.Repeat("x", protocol.MaxContentBytes)
+	tests := []struct {
+		name, in string
+		code     int
+	}{
+		{"text", `{"conv_id":"c1","client_msg_id":"m-1","content_type":1,"content":{"text":"hi"}}`, 0},
+		{"extra", `{"conv_id":"c1","client_msg_id":"m_1","content_type":100,"content":"x","extra":{"k":"v"}}`, 0},
+		{"content zero is a value", `{"conv_id":"c1","client_msg_id":"m","content_type":1,"content":0}`, 0},
+		{"missing content", `{"conv_id":"c1","client_msg_id":"m","content_type":1}`, 400},
+		{"null content", `{"conv_id":"c1","client_msg_id":"m","content_type":1,"content":null}`, 400},
+		{"content_type 0", `{"conv_id":"c1","client_msg_id":"m","content_type":0,"content":1}`, 400},
+		{"content_type missing", `{"conv_id":"c1","client_msg_id":"m","content":1}`, 400},
+		{"content_type string", `{"conv_id":"c1","client_msg_id":"m","content_type":"1","content":1}`, 400},
+		{"content_type float", `{"conv_id":"c1","client_msg_id":"m","content_type":1.5,"content":1}`, 400},
+		{"bad conv_id", `{"conv_id":"c/1","client_msg_id":"m","content_type":1,"content":1}`, 400},
+		{"missing conv_id", `{"client_msg_id":"m","content_type":1,"content":1}`, 400},
+		{"dot in client_msg_id", `{"conv_id":"c","client_msg_id":"m.1","content_type":1,"content":1}`, 400},
+		{"long client_msg_id", `{"conv_id":"c","client_msg_id":"` + strings.Repeat("a", 65) + `","content_type":1,"content":1}`, 400},
+		{"extra not strings", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"extra":{"k":1}}`, 400},
+		{"content at limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":"` + big[:protocol.MaxContentBytes-2] + `"}`, 0},
+		{"content over limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":"` + big + `"}`, 413},
+		{"content plus extra over limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":"` + big[:protocol.MaxContentBytes-20] + `","extra":{"key":"0123456789"}}`, 413},
+		{"big unknown field is not content", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"pad":"` + big + `"}`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeSendRequest([]byte(tt.in))
+			wantCode(t, err, tt.code)
+		})
+	}
+}
+
+func TestDecodePositionRequest(t *testing.T) {
+	tests := []struct {
+		name, in string
+		wantConv bool
+		code     int
+	}{
+		{"http", `{"seq":3}`, false, 0},
+		{"zero", `{"seq":0}`, false, 0},
+		{"negative", `{"seq":-1}`, false, 400},
+		{"missing seq", `{}`, false, 400},
+		{"seq string", `{"seq":"3"}`, false, 400},
+		{"ws", `{"id":"1","op":"read","conv_id":"c","seq":3}`, true, 0},
+		{"ws without conv", `{"id":"1","op":"read","seq":3}`, true, 400},
+		{"http malformed conv", `{"conv_id":"a b","seq":3}`, false, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodePositionRequest([]byte(tt.in), tt.wantConv)
+			wantCode(t, err, tt.code)
+		})
+	}
+}
+
+func TestDecodeOtherRequests(t *testing.T) {
+	tests := []struct {
+		name   string
+		decode func([]byte) error
+		in     string
+		code   int
+	}{
+		{"recall", errOnly(decodeRecallRequest), `{"conv_id":"c","seq":1}`, 0},
+		{"recall without seq", errOnly(decodeRecallRequest), `{"conv_id":"c"}`, 400},
+		{"sync", errOnly(decodeSyncParams), `{"cursor":0,"limit":10}`, 0},
+		{"sync without cursor", errOnly(decodeSyncParams), `{"limit":10}`, 400},
+		{"sync negative cursor", errOnly(decodeSyncParams), `{"cursor":-1}`, 400},
+		{"sync negative limit", errOnly(decodeSyncParams), `{"cursor":1,"limit":-1}`, 400},
+		{"user", errOnly(decodeCreateUserRequest), `{"user_id":"alice@example.com","name":"Alice"}`, 0},
+		{"user bad id", errOnly(decodeCreateUserRequest), `{"user_id":"al ice"}`, 400},
+		{"token", errOnly(decodeTokenRequest), `{"user_id":"a","device_id":"d1"}`, 0},
+		{"token ttl", errOnly(decodeTokenRequest), `{"user_id":"a","device_id":"d1","ttl_seconds":60}`, 0},
+		{"token negative ttl", errOnly(decodeTokenRequest), `{"user_id":"a","device_id":"d1","ttl_seconds":-1}`, 400},
+		{"token huge ttl", errOnly(decodeTokenRequest), `{"user_id":"a","device_id":"d1","ttl_seconds":9223372036854775807}`, 400},
+		{"token no device", errOnly(decodeTokenRequest), `{"user_id":"a"}`, 400},
+		{"direct", errOnly(decodeCreateConversationRequest), `{"type":"direct","peer_id":"b"}`, 0},
+		{"direct no peer", errOnly(decodeCreateConversationRequest), `{"type":"direct"}`, 400},
+		{"group", errOnly(decodeCreateConversationRequest), `{"type":"group","name":"g","members":["a","b"],"read_detail":true}`, 0},
+		{"group bad member", errOnly(decodeCreateConversationRequest), `{"type":"group","members":["a",""]}`, 400},
+		{"unknown type", errOnly(decodeCreateConversationRequest), `{"type":"channel"}`, 400},
+		{"members", errOnly(decodeMembersRequest), `{"add":["a"],"remove":["b"]}`, 0},
+		{"members bad", errOnly(decodeMembersRequest), `{"remove":["b b"]}`, 400},
+		{"members not array", errOnly(decodeMembersRequest), `{"add":"a"}`, 400},
+		{"rename", errOnly(decodeRenameRequest), `{"name":""}`, 0},
+		{"rename missing", errOnly(decodeRenameRequest), `{}`, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wantCode(t, tt.decode([]byte(tt.in)), tt.code)
+		})
+	}
+}
+
+func errOnly[T any](f func([]byte) (T, error)) func([]byte) error {
+	return func(b []byte) error {
+		_, err := f(b)
+		return err
+	}
+}
+
+func TestQueryInt(t *testing.T) {
+	tests := []struct {
+		name, query string
+		def, min    int64
+		want        int64
+		code        int
+	}{
+		{"absent", "", 7, 0, 7, 0},
+		{"empty", "n=", 7, 0, 7, 0},
+		{"value", "n=42", 0, 0, 42, 0},
+		{"negative allowed", "n=-3", 0, -10, -3, 0},
+		{"below min", "n=-1", 0, 0, 0, 400},
+		{"float", "n=1.5", 0, 0, 0, 400},
+		{"word", "n=abc", 0, 0, 0, 400},
+		{"overflow", "n=99999999999999999999", 0, 0, 0, 400},
+		{"space", "n=%201", 0, 0, 0, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, _ := url.ParseQuery(tt.query)
+			got, err := queryInt(q, "n", tt.def, tt.min)
+			wantCode(t, err, tt.code)
+			if err == nil && got != tt.want {
+				t.Fatalf("got %d, want %d", got, tt.want)
+			}
+		})
+	}
+	if _, err := requiredQueryInt(url.Values{}, "cursor", 0); statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("missing required parameter: %v", err)
+	}
+}
+
+// ---- fuzz targets: every decoder of client input. Their seeds run under plain go test. ----
+
+// fuzzSeeds are shared seed inputs: valid frames of every op, and broken ones.
+func fuzzSeeds() []string {
+	return []string{
+		``, `{}`, `null`, `[]`, `"x"`, `{"id":1}`, `{"id":"1","op":"ping"}`,
+		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":{"text":"hi"},"extra":{"a":"b"}}`,
+		`{"id":"2","op":"read","conv_id":"c1","seq":3}`,
+		`{"id":"3","op":"delivered","conv_id":"c1","seq":0}`,
+		`{"id":"4","op":"recall","conv_id":"c1","seq":1}`,
+		`{"id":"5","op":"sync","cursor":10,"limit":1000}`,
+		`{"user_id":"alice","device_id":"phone","ttl_seconds":3600,"name":"A"}`,
+		`{"type":"group","name":"g","members":["a","b"],"read_detail":true}`,
+		`{"type":"direct","peer_id":"bob"}`,
+		`{"add":["a"],"remove":["b"]}`, `{"name":"new"}`,
+		`{"seq":1e3}`, `{"seq":-1}`, `{"seq":1.5}`, `{"content":null}`,
+		"{\"id\":\"\xff\",\"op\":\"ping\"}", `{"id":"1","op":"ping"} trailing`, `{"a":`,
+	}
+}
+
+// fuzzDecoder checks that decode never panics and fails only with 400 or 413.
+func fuzzDecoder(f *testing.F, decode func([]byte) error) {
+	for _, s := range fuzzSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := decode(data); err != nil {
+			if c := statusOf(err); c != http.StatusBadRequest && c != http.StatusRequestEntityTooLarge {
+				t.Fatalf("decode error %q maps to %d", err, c)
+			}
+		}
+	})
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		fr, err := decodeFrame(b)
+		if err == nil && fr.Op == "" {
+			return errorf("accepted a frame without op")
+		}
+		return err
+	})
+}
+
+func FuzzDecodeSendRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeSendRequest(b)
+		if err == nil && (!protocol.ValidConvID(req.ConvID) || !protocol.ValidClientMsgID(req.ClientMsgID) ||
+			req.ContentType < 1 || len(req.Content) == 0 || !json.Valid(req.Content)) {
+			return errorf("accepted an invalid send: %+v", req)
+		}
+		return err
+	})
+}
+
+func FuzzDecodePositionRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodePositionRequest(b, bytes.Contains(b, []byte(`"op"`)))
+		if err == nil && (req.Seq == nil || *req.Seq < 0) {
+			return errorf("accepted an invalid position: %+v", req)
+		}
+		return err
+	})
+}
+
+func FuzzDecodeRecallRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeRecallRequest(b)
+		if err == nil && (req.Seq == nil || !protocol.ValidConvID(req.ConvID)) {
+			return errorf("accepted an invalid recall: %+v", req)
+		}
+		return err
+	})
+}
+
+func FuzzDecodeSyncParams(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		p, err := decodeSyncParams(b)
+		if err == nil && (p.Cursor == nil || *p.Cursor < 0 || p.Limit < 0) {
+			return errorf("accepted invalid sync params: %+v", p)
+		}
+		return err
+	})
+}
+
+func FuzzDecodeCreateUserRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeCreateUserRequest(b)
+		if err == nil && !protocol.ValidUserID(req.UserID) {
+			return errorf("accepted an invalid user: %+v", req)
+		}
+		return err
+	})
+}
+
+func FuzzDecodeTokenRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeTokenRequest(b)
+		if err == nil && (!protocol.ValidUserID(req.UserID) || !protocol.ValidDeviceID(req.DeviceID) ||
+			req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds) {
+			return errorf("accepted an invalid token request: %+v", req)
+		}
+		return err
+	})
+}
+
+func FuzzDecodeCreateConversationRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeCreateConversationRequest(b)
+		if err == nil && req.Type != protocol.TypeDirect && req.Type != protocol.TypeGroup {
+			return errorf("accepted type %q", req.Type)
+		}
+		return err
+	})
+}
+
+func FuzzDecodeMembersRequest(f *testing.F) {
+	fuzzDecoder(f, errOnly(decodeMembersRequest))
+}
+
+func FuzzDecodeRenameRequest(f *testing.F) {
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeRenameRequest(b)
+		if err == nil && req.Name == nil {
+			return errorf("accepted a rename without name")
+		}
+		return err
+	})
+}
+
+func FuzzQueryInt(f *testing.F) {
+	for _, s := range []string{"cursor=1", "cursor=", "cursor=-1", "cursor=1.0", "cursor=abc", "cursor=9223372036854775808", "cursor=%zz", "cursor=1&cursor=2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		n, err := queryInt(q, "cursor", 0, 0)
+		if err != nil {
+			if statusOf(err) != http.StatusBadRequest {
+				t.Fatalf("error %q maps to %d", err, statusOf(err))
+			}
+			return
+		}
+		if n < 0 {
+			t.Fatalf("accepted %d below the minimum", n)
+		}
+	})
+}
+
+// errorf makes a property violation fail the fuzz target (it maps to 500).
+func errorf(format string, args ...any) error {
+	return &statusError{code: http.StatusInternalServerError, msg: "property violated: " + fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/parleychat/parley/internal/chat"
+)
+
+// statusError is an HTTP condition the gateway itself detects (no route, wrong method, a
+// failed upgrade handshake): it carries its own code.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// rateLimitError answers 429; retryAfter is how long until the request would be allowed.
+type rateLimitError struct {
+	what       string // "request" or "send"
+	retryAfter int    // whole seconds, at least 1
+}
+
+func (e *rateLimitError) Error() string {
+	return fmt.Sprintf("rate limited: too many %ss from this device, retry after %d s", e.what, e.retryAfter)
+}
+
+// Errors of the gateway that map through the table below.
+var (
+	errDraining = fmt.Errorf("%w: server is shutting down", chat.ErrUnavailable)
+	errInternal = errors.New("internal error")
+)
+
+// statusOf is the one table mapping an error to its wire code (the HTTP status, and the
+// "code" of a WebSocket reply). Chat's sentinel errors are matched with errors.Is, so any
+// wrapping keeps its code. Anything unknown is 500; callers log those.
+func statusOf(err error) int {
+	var se *statusError
+	var rl *rateLimitError
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.As(err, &rl):
+		return http.StatusTooManyRequests
+	case errors.As(err, &se):
+		return se.code
+	case errors.Is(err, chat.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, chat.ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, chat.ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, chat.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, chat.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, chat.ErrGone):
+		return http.StatusGone
+	case errors.Is(err, chat.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, chat.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller went away or the server is draining: not a fault, and retrying is safe.
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// errorMessage is the human-readable reason sent for err: its text, except for 500, whose
+// details stay in the log.
+func errorMessage(err error, code int) string {
+	if code == http.StatusInternalServerError {
+		return "internal error"
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return "request cancelled, retry"
+	}
+	return err.Error()
+}
+
+// retryAfterOf returns the seconds a 429 asks the client to wait, or 0.
+func retryAfterOf(err error) int {
+	var rl *rateLimitError
+	if errors.As(err, &rl) {
+		return rl.retryAfter
+	}
+	return 0
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", chat.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func unauthorized(reason string) error {
+	return fmt.Errorf("%w: %s", chat.ErrUnauthorized, reason)
+}

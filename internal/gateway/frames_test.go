@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+func TestEncodeReplyGolden(t *testing.T) {
+	tests := []struct {
+		name   string
+		id     string
+		result any
+		want   string
+	}{
+		{
+			name: "send ack keeps one code",
+			id:   "f1",
+			result: protocol.MessageAck{ConvID: "c1", ClientMsgID: "m1", MsgID: "x9", Seq: 4,
+				CreatedAt: 1700000000000, Duplicate: true},
+			want: `{"id":"f1","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":1700000000000,"duplicate":true}`,
+		},
+		{
+			name:   "read position",
+			id:     "f2",
+			result: protocol.ReadPosition{ReadSeq: 7},
+			want:   `{"id":"f2","code":0,"read_seq":7}`,
+		},
+		{
+			name:   "no result fields",
+			id:     "f3",
+			result: empty{},
+			want:   `{"id":"f3","code":0}`,
+		},
+		{
+			name:   "pong",
+			id:     "p",
+			result: pong{Op: protocol.OpPong},
+			want:   `{"id":"p","code":0,"op":"pong"}`,
+		},
+		{
+			name:   "sync",
+			id:     "s",
+			result: protocol.SyncResponse{Cursor: 3, Events: []protocol.SyncEvent{}, HasMore: false},
+			want:   `{"id":"s","code":0,"cursor":3,"events":[],"has_more":false}`,
+		},
+		{
+			name:   "id is escaped",
+			id:     "a\"b",
+			result: nil,
+			want:   `{"id":"a\"b","code":0}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := encodeReply(tt.id, tt.result)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Fatalf("got  %s\nwant %s", got, tt.want)
+			}
+			if !json.Valid(got) {
+				t.Fatalf("not valid JSON: %s", got)
+			}
+		})
+	}
+	if _, err := encodeReply("x", 5); err == nil {
+		t.Fatal("a non-object result was accepted")
+	}
+}
+
+func TestEncodeErrorFramesGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		got  []byte
+		want string
+	}{
+		{"error reply", encodeErrorReply("f1", 403, "forbidden: not a member", 0),
+			`{"id":"f1","code":403,"error":"forbidden: not a member"}`},
+		{"unparsable frame", encodeErrorReply("", 400, "invalid request: body must be a JSON object", 0),
+			`{"id":"","code":400,"error":"invalid request: body must be a JSON object"}`},
+		{"rate limited", encodeErrorReply("f2", 429, "rate limited", 2),
+			`{"id":"f2","code":429,"error":"rate limited","retry_after":2}`},
+		{"error push", encodeErrorPush(410, "gone: cursor expired"),
+			`{"op":"error","code":410,"error":"gone: cursor expired"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if string(tt.got) != tt.want {
+				t.Fatalf("got  %s\nwant %s", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEncodeEventPushGolden(t *testing.T) {
+	ev := protocol.SyncEvent{Cursor: 12, Type: protocol.EventRead, ConvID: "c1", TS: 1700000000000,
+		Data: json.RawMessage(`{"user_id":"bob","read_seq":5}`)}
+	got, err := encodeEventPush(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"op":"event","event":{"cursor":12,"type":"read","conv_id":"c1","ts":1700000000000,"data":{"user_id":"bob","read_seq":5}}}`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func BenchmarkEncodeEventPush(b *testing.B) {
+	ev := protocol.SyncEvent{Cursor: 12, Type: protocol.EventMessage, ConvID: "c1", TS: 1700000000000,
+		Data: json.RawMessage(`{"conv_id":"c1","seq":5,"msg_id":"m","client_msg_id":"c","sender_id":"a","content_type":1,"content":{"text":"hello"},"extra":null,"created_at":1,"recalled":false}`)}
+	for b.Loop() {
+		if _, err := encodeEventPush(&ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

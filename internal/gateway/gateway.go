@@ -1,0 +1,340 @@
+// Package gateway is Parley's network edge: the HTTP JSON API and the WebSocket endpoint of
+// PROTOCOL.md. It authenticates callers, decodes and validates wire input, applies per-device
+// rate limits, calls chat.Service, maps domain errors to wire codes in one table (statusOf),
+// and runs each WebSocket with a reader, a writer and bounded outbound queues. It is the one
+// place where wire types meet the domain.
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/chat"
+	"github.com/parleychat/parley/internal/metrics"
+)
+
+// Options are the dependencies of a Gateway.
+type Options struct {
+	Service     *chat.Service    // required
+	AdminSecret string           // the operator's bearer secret; empty refuses every admin call
+	Config      Config           // the zero value means DefaultConfig()
+	Logger      *slog.Logger     // default slog.Default()
+	Metrics     *metrics.Metrics // default: a fresh metrics.New()
+}
+
+// Gateway serves the Parley API. It implements http.Handler; Shutdown drains it.
+type Gateway struct {
+	svc         *chat.Service
+	adminSecret string
+	cfg         Config
+	log         *slog.Logger
+	met         *metrics.Metrics
+	mux         *http.ServeMux
+	upgrader    websocket.Upgrader
+	requests    *limiter // nil when off
+	sends       *limiter // nil when off
+
+	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
+	drain    context.CancelFunc
+	draining atomic.Bool // set (under mu) by Shutdown: new requests get 503
+
+	mu      sync.Mutex // guards conns and devices; wg.Add happens under it
+	conns   map[*wsConn]struct{}
+	devices map[deviceKey]*wsConn // the current connection of each device
+	wg      sync.WaitGroup        // one count per WebSocket connection being served
+}
+
+// deviceKey names one device of one user.
+type deviceKey struct{ user, device string }
+
+// New returns a Gateway. It panics if o.Service is nil or o.Config is invalid: both are
+// programming errors, since cmd/parley validates the configuration it parses.
+func New(o Options) *Gateway {
+	if o.Service == nil {
+		panic("gateway: Options.Service is required")
+	}
+	if o.Config == (Config{}) {
+		o.Config = DefaultConfig()
+	}
+	if err := o.Config.Validate(); err != nil {
+		panic("gateway: invalid config: " + err.Error())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New()
+	}
+	g := &Gateway{
+		svc:         o.Service,
+		adminSecret: o.AdminSecret,
+		cfg:         o.Config,
+		log:         o.Logger,
+		met:         o.Metrics,
+		mux:         http.NewServeMux(),
+		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
+		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
+		conns:       make(map[*wsConn]struct{}),
+		devices:     make(map[deviceKey]*wsConn),
+	}
+	g.drainCtx, g.drain = context.WithCancel(context.Background())
+	g.upgrader = newUpgrader(g)
+	g.routes()
+	return g
+}
+
+// routes registers every endpoint of PROTOCOL.md sections 3 and 5-11.
+func (g *Gateway) routes() {
+	m := g.mux
+	m.Handle("POST /v1/admin/users", g.admin(g.createUser))
+	m.Handle("POST /v1/admin/tokens", g.admin(g.issueToken))
+	m.Handle("POST /v1/admin/users/{user_id}/revoke", g.admin(g.revokeTokens))
+
+	m.Handle("POST /v1/conversations", g.client(g.createConversation))
+	m.Handle("GET /v1/conversations", g.client(g.listConversations))
+	m.Handle("GET /v1/conversations/{conv_id}", g.client(g.getConversation))
+	m.Handle("PATCH /v1/conversations/{conv_id}", g.client(g.renameConversation))
+	m.Handle("DELETE /v1/conversations/{conv_id}", g.client(g.deleteConversation))
+	m.Handle("POST /v1/conversations/{conv_id}/members", g.client(g.updateMembers))
+	m.Handle("GET /v1/conversations/{conv_id}/messages", g.client(g.history))
+	m.Handle("POST /v1/conversations/{conv_id}/read", g.client(g.markRead))
+	m.Handle("POST /v1/conversations/{conv_id}/delivered", g.client(g.markDelivered))
+	m.Handle("GET /v1/conversations/{conv_id}/receipts", g.client(g.receipts))
+
+	m.Handle("POST /v1/messages", g.clientSend(g.send))
+	m.Handle("POST /v1/messages/recall", g.client(g.recall))
+
+	m.Handle("GET /v1/sync/snapshot", g.client(g.snapshot))
+	m.Handle("GET /v1/sync", g.client(g.sync))
+	m.HandleFunc("GET /v1/ws", g.serveWS)
+
+	m.HandleFunc("GET /healthz", g.healthz)
+	m.Handle("GET /metrics", g.met.Handler())
+}
+
+// ServeHTTP answers one request: 503 while draining, JSON 404 / 405 for unknown routes and
+// methods, and a logged 500 for a panicking handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			g.log.Error("gateway: panic serving request", "method", r.Method, "path", r.URL.Path,
+				"panic", v, "stack", string(debug.Stack()))
+			if sw.status == 0 && !sw.hijacked {
+				g.writeError(sw, r, errInternal)
+			}
+		}
+		g.met.HTTPRequest(sw.code())
+	}()
+	if g.draining.Load() && r.URL.Path != "/metrics" {
+		g.writeError(sw, r, errDraining)
+		return
+	}
+	if h, pattern := g.mux.Handler(r); pattern == "" {
+		g.noRoute(sw, r, h)
+		return
+	}
+	g.mux.ServeHTTP(sw, r)
+}
+
+// noRoute answers a request no pattern matched. The mux's own answer (404, or 405 with an
+// Allow header) is captured and re-sent as a JSON error.
+func (g *Gateway) noRoute(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	cw := &captureWriter{header: make(http.Header)}
+	h.ServeHTTP(cw, r)
+	switch cw.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", cw.header.Get("Allow"))
+		g.writeError(w, r, &statusError{http.StatusMethodNotAllowed,
+			fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, cw.header.Get("Allow"))})
+	default:
+		g.writeError(w, r, &statusError{http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+	}
+}
+
+// Shutdown drains the gateway: new requests and upgrades get 503, waiting long-polls answer
+// with no events, and every WebSocket is closed with 1001. It returns when every connection
+// has finished, or with ctx's error when ctx ends first (the remaining sockets are then
+// closed at once). Call it before, or together with, http.Server.Shutdown: the server does
+// not track hijacked connections, and its Shutdown waits for long-polls that only this
+// call ends.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining.Store(true)
+	conns := make([]*wsConn, 0, len(g.conns))
+	for c := range g.conns {
+		conns = append(conns, c)
+	}
+	g.mu.Unlock()
+	g.drain()
+	for _, c := range conns {
+		c.close(websocket.CloseGoingAway, "server shutting down", nil)
+	}
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		for c := range g.conns {
+			_ = c.ws.NetConn().Close()
+		}
+		g.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// healthz answers 200 while serving (ServeHTTP answers 503 once draining).
+func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
+	g.writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+	}{"ok"})
+}
+
+// allow applies the device's request limit, and its send limit when send is true.
+func (g *Gateway) allow(me chat.Identity, send bool) error {
+	now := time.Now()
+	key := me.UserID + "\x00" + me.DeviceID
+	if ok, d := g.requests.allow(key, now); !ok {
+		return &rateLimitError{what: "request", retryAfter: retrySeconds(d)}
+	}
+	if send {
+		if ok, d := g.sends.allow(key, now); !ok {
+			return &rateLimitError{what: "send", retryAfter: retrySeconds(d)}
+		}
+	}
+	return nil
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>" header.
+func bearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// authenticate resolves the caller of a client route. queryToken allows ?token= (only the
+// WebSocket upgrade does, for browsers); the header wins when both are present.
+func (g *Gateway) authenticate(r *http.Request, queryToken bool) (chat.Identity, string, error) {
+	tok, ok := bearerToken(r)
+	if !ok && queryToken {
+		tok = r.URL.Query().Get("token")
+		ok = tok != ""
+	}
+	if !ok {
+		return chat.Identity{}, "", unauthorized("missing bearer token")
+	}
+	me, err := g.svc.Authenticate(r.Context(), tok)
+	if err != nil {
+		return chat.Identity{}, "", err
+	}
+	return me, tok, nil
+}
+
+// checkAdmin verifies the operator's secret.
+func (g *Gateway) checkAdmin(r *http.Request) error {
+	tok, ok := bearerToken(r)
+	if !ok || !auth.EqualSecret(tok, g.adminSecret) {
+		return unauthorized("admin secret required")
+	}
+	return nil
+}
+
+// statusWriter records the status of a response for metrics and panic recovery. It passes
+// Hijack through (the WebSocket upgrade needs it) and remembers that it happened.
+type statusWriter struct {
+	http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes a flush through when the underlying writer supports it.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack takes the connection over, for the WebSocket upgrade.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("gateway: response writer cannot hijack")
+	}
+	c, rw, err := h.Hijack()
+	if err == nil {
+		s.hijacked = true
+	}
+	return c, rw, err
+}
+
+// code is the status to count: 101 for an upgraded connection, 200 if none was written.
+func (s *statusWriter) code() int {
+	switch {
+	case s.hijacked && s.status == 0:
+		return http.StatusSwitchingProtocols
+	case s.status == 0:
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// captureWriter records a response without sending it.
+type captureWriter struct {
+	header http.Header
+	status int
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return len(b), nil
+}

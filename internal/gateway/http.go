@@ -1,0 +1,388 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/parleychat/parley/internal/chat"
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// clientFunc handles one authenticated client call: it returns the status and the body to
+// send, or an error for statusOf.
+type clientFunc func(r *http.Request, body []byte, me chat.Identity) (int, any, error)
+
+// adminFunc handles one operator call.
+type adminFunc func(r *http.Request, body []byte) (int, any, error)
+
+// empty is the body of a success with no result.
+type empty struct{}
+
+// client wraps a client route: authentication, the request limit, the body limit.
+func (g *Gateway) client(h clientFunc) http.Handler { return g.clientRoute(h, false) }
+
+// clientSend is client for the send route, which also takes from the send limit.
+func (g *Gateway) clientSend(h clientFunc) http.Handler { return g.clientRoute(h, true) }
+
+func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, out, err := func() (int, any, error) {
+			me, _, err := g.authenticate(r, false)
+			if err != nil {
+				return 0, nil, err
+			}
+			if err := g.allow(me, send); err != nil {
+				return 0, nil, err
+			}
+			body, err := g.readBody(w, r)
+			if err != nil {
+				return 0, nil, err
+			}
+			return h(r, body, me)
+		}()
+		g.reply(w, r, status, out, err)
+	})
+}
+
+// admin wraps an operator route: the admin secret, the body limit.
+func (g *Gateway) admin(h adminFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, out, err := func() (int, any, error) {
+			if err := g.checkAdmin(r); err != nil {
+				return 0, nil, err
+			}
+			body, err := g.readBody(w, r)
+			if err != nil {
+				return 0, nil, err
+			}
+			return h(r, body)
+		}()
+		g.reply(w, r, status, out, err)
+	})
+}
+
+func (g *Gateway) reply(w http.ResponseWriter, r *http.Request, status int, out any, err error) {
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	g.writeJSON(w, status, out)
+}
+
+// readBody reads the request body, at most MaxBodyBytes of it (413 past that).
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	tooLarge := fmt.Errorf("%w: request body larger than %d bytes", chat.ErrTooLarge, g.cfg.MaxBodyBytes)
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge
+	case err != nil:
+		return nil, invalidf("reading request body: %v", err)
+	}
+	return body, nil
+}
+
+// writeJSON sends v as a JSON body with status.
+func (g *Gateway) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		g.log.Error("gateway: encode response", "err", err)
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(protocol.ErrorBody{Code: status, Error: "internal error"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError sends {"code","error"} with the status statusOf gives err; 500s are logged.
+func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := statusOf(err)
+	switch code {
+	case http.StatusInternalServerError:
+		g.log.Error("gateway: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterOf(err)))
+	}
+	g.writeJSON(w, code, protocol.ErrorBody{Code: code, Error: errorMessage(err, code)})
+}
+
+// pathConvID returns the {conv_id} of the path, 400 when malformed (before any lookup).
+func pathConvID(r *http.Request) (string, error) {
+	id := r.PathValue("conv_id")
+	if !protocol.ValidConvID(id) {
+		return "", invalidf("conv_id is malformed")
+	}
+	return id, nil
+}
+
+// ---- operator routes (section 3) ----
+
+func (g *Gateway) createUser(r *http.Request, body []byte) (int, any, error) {
+	req, err := decodeCreateUserRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	u, created, err := g.svc.CreateUser(r.Context(), req.UserID, req.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if created {
+		return http.StatusCreated, u, nil
+	}
+	return http.StatusOK, u, nil
+}
+
+func (g *Gateway) issueToken(r *http.Request, body []byte) (int, any, error) {
+	req, err := decodeTokenRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	tok, err := g.svc.IssueToken(r.Context(), req.UserID, req.DeviceID, time.Duration(req.TTLSeconds)*time.Second)
+	return http.StatusOK, tok, err
+}
+
+func (g *Gateway) revokeTokens(r *http.Request, _ []byte) (int, any, error) {
+	userID := r.PathValue("user_id")
+	if !protocol.ValidUserID(userID) {
+		return 0, nil, invalidf("user_id is malformed")
+	}
+	return http.StatusOK, empty{}, g.svc.RevokeTokens(r.Context(), userID)
+}
+
+// ---- conversations (section 5) ----
+
+func (g *Gateway) createConversation(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	req, err := decodeCreateConversationRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := g.svc.CreateConversation(r.Context(), me, req)
+	return http.StatusOK, c, err
+}
+
+func (g *Gateway) listConversations(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	list, err := g.svc.ListConversations(r.Context(), me)
+	if list == nil {
+		list = []protocol.ConversationBrief{}
+	}
+	return http.StatusOK, protocol.ConversationList{Conversations: list}, err
+}
+
+func (g *Gateway) getConversation(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := g.svc.GetConversation(r.Context(), me, convID)
+	return http.StatusOK, c, err
+}
+
+func (g *Gateway) renameConversation(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := decodeRenameRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := g.svc.Rename(r.Context(), me, convID, *req.Name)
+	return http.StatusOK, c, err
+}
+
+func (g *Gateway) deleteConversation(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, empty{}, g.svc.DeleteConversation(r.Context(), me, convID)
+}
+
+func (g *Gateway) updateMembers(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := decodeMembersRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := g.svc.UpdateMembers(r.Context(), me, convID, req)
+	return http.StatusOK, c, err
+}
+
+// ---- messages (section 6) ----
+
+func (g *Gateway) send(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	req, err := decodeSendRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	ack, err := g.svc.Send(r.Context(), me, req)
+	ack.Code = 0
+	return http.StatusOK, ack, err
+}
+
+func (g *Gateway) history(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := historyQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	page, err := g.svc.History(r.Context(), me, convID, q)
+	if page.Messages == nil {
+		page.Messages = []protocol.Message{}
+	}
+	return http.StatusOK, page, err
+}
+
+// historyQuery reads after_seq, before_seq and limit. before_seq, when given, must be at
+// least 1 (0 would select nothing, and chat reads 0 as "not given").
+func historyQuery(r *http.Request) (chat.HistoryQuery, error) {
+	q := r.URL.Query()
+	after, err := queryInt(q, "after_seq", 0, 0)
+	if err != nil {
+		return chat.HistoryQuery{}, err
+	}
+	before, err := queryInt(q, "before_seq", 0, 1)
+	if err != nil {
+		return chat.HistoryQuery{}, err
+	}
+	limit, err := queryInt(q, "limit", 0, 0)
+	if err != nil {
+		return chat.HistoryQuery{}, err
+	}
+	return chat.HistoryQuery{AfterSeq: after, BeforeSeq: before, Limit: int(min(limit, protocol.MaxPageLimit))}, nil
+}
+
+func (g *Gateway) recall(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	req, err := decodeRecallRequest(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, empty{}, g.svc.Recall(r.Context(), me, req.ConvID, *req.Seq)
+}
+
+// ---- read and delivered positions, receipts (section 7) ----
+
+// positionBody decodes a read or delivered body; a conv_id in it must match the path.
+func positionBody(r *http.Request, body []byte) (string, int64, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return "", 0, err
+	}
+	req, err := decodePositionRequest(body, false)
+	if err != nil {
+		return "", 0, err
+	}
+	if req.ConvID != "" && req.ConvID != convID {
+		return "", 0, invalidf("conv_id in the body does not match the path")
+	}
+	return convID, *req.Seq, nil
+}
+
+func (g *Gateway) markRead(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	convID, seq, err := positionBody(r, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := g.svc.MarkRead(r.Context(), me, convID, seq)
+	return http.StatusOK, protocol.ReadPosition{ReadSeq: n}, err
+}
+
+func (g *Gateway) markDelivered(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+	convID, seq, err := positionBody(r, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := g.svc.MarkDelivered(r.Context(), me, convID, seq)
+	return http.StatusOK, protocol.DeliveredPosition{DeliveredSeq: n}, err
+}
+
+func (g *Gateway) receipts(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	seq, err := requiredQueryInt(r.URL.Query(), "seq", -1<<63)
+	if err != nil {
+		return 0, nil, err
+	}
+	if seq < 1 { // PROTOCOL 7: N below 1 is 404, like N above max_seq
+		return 0, nil, fmt.Errorf("%w: no message with seq %d", chat.ErrNotFound, seq)
+	}
+	rc, err := g.svc.Receipts(r.Context(), me, convID, seq)
+	return http.StatusOK, rc, err
+}
+
+// ---- sync (section 8) ----
+
+func (g *Gateway) snapshot(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	recent, err := queryInt(r.URL.Query(), "recent", -1, 0) // -1: chat's default
+	if err != nil {
+		return 0, nil, err
+	}
+	snap, err := g.svc.Snapshot(r.Context(), me, int(min(recent, protocol.MaxRecent)))
+	if snap.Conversations == nil {
+		snap.Conversations = []protocol.ConversationBrief{}
+	}
+	if snap.Messages == nil {
+		snap.Messages = map[string][]protocol.Message{}
+	}
+	if snap.ReadPositions == nil {
+		snap.ReadPositions = map[string]map[string]int64{}
+	}
+	return http.StatusOK, snap, err
+}
+
+// sync answers GET /v1/sync. A waiting long-poll ends early, with no events, when the client
+// goes away or the gateway drains.
+func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	q := r.URL.Query()
+	cursor, err := requiredQueryInt(q, "cursor", 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := queryInt(q, "limit", 0, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	wait, err := queryInt(q, "wait", 0, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(g.drainCtx, cancel)
+	defer stop()
+	if wait > 0 {
+		g.met.LongPollStarted()
+		defer g.met.LongPollEnded()
+	}
+	resp, err := g.svc.Sync(ctx, me, cursor, int(min(limit, protocol.MaxSyncLimit)),
+		time.Duration(min(wait, protocol.MaxLongPollSecond))*time.Second)
+	if resp.Events == nil {
+		resp.Events = []protocol.SyncEvent{}
+	}
+	return http.StatusOK, resp, err
+}

@@ -1,0 +1,535 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/parleychat/parley/internal/chat"
+	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+// WebSocket close codes the server sends, beside the standard ones (1000 normal, 1001 going
+// away at shutdown, 1008 policy after an error push, 1009 frame too large, 1011 internal).
+const (
+	CloseReplaced = 4001 // a newer connection of the same device took over
+	CloseTooSlow  = 4002 // the client did not read its frames fast enough; reconnect with the cursor
+	CloseRevoked  = 4003 // the user's tokens were revoked
+)
+
+// closeGrace bounds the close handshake: the wait for the client's close frame.
+const closeGrace = time.Second
+
+// newUpgrader returns the gorilla/websocket upgrader. gorilla/websocket is used because it
+// is mature and widely deployed, has client and server in one package (the Go client SDK
+// uses the same library), and offers what the connection loop needs: read limits, deadlines,
+// ping/pong handlers, and WriteControl that is safe beside the one writer.
+//
+// Any Origin is accepted: clients authenticate with a bearer token (header or ?token=),
+// never with cookies, so a cross-site page cannot borrow a user's credentials.
+func newUpgrader(g *Gateway) websocket.Upgrader {
+	return websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		WriteBufferPool:  &sync.Pool{}, // idle connections hold no write buffer
+		CheckOrigin:      func(*http.Request) bool { return true },
+		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+			g.writeError(w, r, &statusError{code: status, msg: reason.Error()})
+		},
+	}
+}
+
+// serveWS authenticates, then upgrades, then serves the connection until it ends. A bad
+// token is refused with a plain HTTP 401 and no upgrade.
+//
+// The hub subscription is made before the upgrade answers, and before any cursor is read,
+// so that no event can fall between the catch-up (or the latest cursor) and live pushes,
+// and so that without ?cursor every event committed after the client saw the connection
+// open is pushed. The token is checked again once subscribed: a revocation that kicked the
+// user's subscriptions just before Subscribe is caught here (RevokeTokens invalidates the
+// tokens before it kicks), and one after it ends the subscription.
+func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	me, tok, err := g.authenticate(r, true)
+	if err == nil {
+		err = g.allow(me, false)
+	}
+	var cursor *int64
+	if err == nil && r.URL.Query().Get("cursor") != "" {
+		var n int64
+		n, err = queryInt(r.URL.Query(), "cursor", 0, 0)
+		cursor = &n
+	}
+	if err == nil && !g.reserve() {
+		err = errDraining
+	}
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	defer g.wg.Done()
+	sub := g.svc.Hub().Subscribe(me.UserID, g.cfg.SendQueue)
+	defer sub.Close()
+	var last int64
+	if _, err = g.svc.Authenticate(r.Context(), tok); err == nil && cursor == nil {
+		last, err = g.svc.LatestCursor(r.Context(), me.UserID)
+	}
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	ws, err := g.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	c := &wsConn{
+		g:          g,
+		ws:         ws,
+		me:         me,
+		key:        deviceKey{me.UserID, me.DeviceID},
+		ctx:        ctx,
+		replies:    make(chan []byte, g.cfg.SendQueue),
+		pushes:     make(chan []byte, g.cfg.SendQueue),
+		done:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+	}
+	g.met.ConnectionOpened()
+	defer g.met.ConnectionClosed()
+	g.register(c)
+	defer g.unregister(c)
+	defer cancel()
+	c.run(sub, cursor, last)
+}
+
+// reserve counts a connection about to be served, unless the gateway is draining.
+func (g *Gateway) reserve() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.draining.Load() {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+// register tracks c and closes the device's previous connection with 4001.
+func (g *Gateway) register(c *wsConn) {
+	g.mu.Lock()
+	old := g.devices[c.key]
+	g.devices[c.key] = c
+	g.conns[c] = struct{}{}
+	draining := g.draining.Load()
+	g.mu.Unlock()
+	if old != nil {
+		old.close(CloseReplaced, "replaced", nil)
+	}
+	if draining { // Shutdown ran between reserve and here, and did not see c
+		c.close(websocket.CloseGoingAway, "server shutting down", nil)
+	}
+}
+
+func (g *Gateway) unregister(c *wsConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.conns, c)
+	if g.devices[c.key] == c {
+		delete(g.devices, c.key)
+	}
+}
+
+// wsConn is one WebSocket connection. Three goroutines serve it: the reader (decodes frames
+// and calls the service, in order), the writer (the only one writing data frames), and the
+// pusher (turns the hub subscription into gapless event pushes). Outbound frames go through
+// two bounded queues: replies, which the reader never waits on (a full queue means the
+// client does not read: it is disconnected), and pushes, which the pusher waits on (its own
+// backlog then builds in the hub subscription, whose overflow disconnects the client).
+// Control frames (ping, and gorilla's pong and close answers) use WriteControl, which is safe
+// beside the writer.
+type wsConn struct {
+	g   *Gateway
+	ws  *websocket.Conn
+	me  chat.Identity
+	key deviceKey
+	ctx context.Context // for service calls; cancelled once the connection has ended
+
+	replies chan []byte
+	pushes  chan []byte
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by close: the connection is ending
+	// Set once by close, before done is closed; read only after <-done.
+	closeCode   int
+	closeReason string
+	lastFrame   []byte // written just before the close frame, if not nil
+
+	readerDone chan struct{} // closed when the reader has returned
+}
+
+// close ends the connection with code and reason, after sending last (an error push) if
+// it is not nil. Only the first call counts.
+func (c *wsConn) close(code int, reason string, last []byte) {
+	c.closeOnce.Do(func() {
+		c.closeCode, c.closeReason, c.lastFrame = code, reason, last
+		close(c.done)
+	})
+}
+
+func (c *wsConn) closing() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// run serves the connection until all three goroutines end. With a cursor the pusher first
+// catches up from it; without one it starts after last.
+func (c *wsConn) run(sub *hub.Subscription, cursor *int64, last int64) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		c.writeLoop()
+	}()
+	go func() {
+		defer wg.Done()
+		c.pushLoop(sub, cursor, last)
+	}()
+	c.readLoop()
+	wg.Wait()
+}
+
+// guard recovers a panic in one of the connection's goroutines: it is logged and the
+// connection closed with 1011, never the process.
+func (c *wsConn) guard(role string) {
+	if v := recover(); v != nil {
+		c.g.log.Error("gateway: panic in websocket "+role, "user", c.me.UserID, "device", c.me.DeviceID,
+			"panic", v, "stack", string(debug.Stack()))
+		c.close(websocket.CloseInternalServerErr, "internal error", nil)
+	}
+}
+
+// ---- reader ----
+
+func (c *wsConn) extendDeadline() {
+	_ = c.ws.SetReadDeadline(time.Now().Add(c.g.cfg.IdleTimeout))
+}
+
+func (c *wsConn) readLoop() {
+	defer close(c.readerDone)
+	defer c.guard("reader")
+	c.ws.SetReadLimit(protocol.MaxFrameBytes)
+	c.extendDeadline()
+	c.ws.SetPongHandler(func(string) error {
+		c.extendDeadline()
+		return nil
+	})
+	c.ws.SetPingHandler(func(data string) error {
+		c.extendDeadline()
+		_ = c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.g.cfg.WriteTimeout))
+		return nil // a failed pong shows up as a failed read or write soon enough
+	})
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			c.close(readCloseCode(err))
+			return
+		}
+		c.extendDeadline()
+		if c.closing() {
+			continue // finishing the close handshake: frames are no longer served
+		}
+		select {
+		case c.replies <- c.handleFrame(data):
+		default:
+			c.close(CloseTooSlow, "too slow: replies not read", nil)
+		}
+	}
+}
+
+// readCloseCode chooses how to close after a failed read.
+func readCloseCode(err error) (int, string, []byte) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, websocket.ErrReadLimit):
+		return websocket.CloseMessageTooBig, "frame larger than 1 MiB", nil
+	case errors.As(err, &ne) && ne.Timeout():
+		return websocket.CloseNormalClosure, "idle timeout", nil
+	}
+	return websocket.CloseNormalClosure, "", nil // the client closed or the network failed
+}
+
+// handleFrame serves one client frame and returns the reply to send.
+func (c *wsConn) handleFrame(data []byte) (out []byte) {
+	var id string
+	defer func() {
+		if v := recover(); v != nil {
+			c.g.log.Error("gateway: panic serving websocket frame", "user", c.me.UserID, "panic", v, "stack", string(debug.Stack()))
+			out = encodeErrorReply(id, 500, "internal error", 0)
+		}
+	}()
+	f, err := decodeFrame(data)
+	id = f.ID
+	if lerr := c.g.allow(c.me, f.Op == protocol.OpSend); lerr != nil {
+		err = lerr
+	}
+	var result any
+	if err == nil {
+		result, err = c.dispatch(f.Op, data)
+	}
+	if err == nil {
+		if out, err = encodeReply(id, result); err == nil {
+			return out
+		}
+	}
+	code := statusOf(err)
+	if code == 500 {
+		c.g.log.Error("gateway: websocket op failed", "op", f.Op, "user", c.me.UserID, "err", err)
+	}
+	return encodeErrorReply(id, code, errorMessage(err, code), retryAfterOf(err))
+}
+
+// dispatch runs one op (section 9) and returns its result.
+func (c *wsConn) dispatch(op string, data []byte) (any, error) {
+	svc, ctx, me := c.g.svc, c.ctx, c.me
+	switch op {
+	case protocol.OpSend:
+		req, err := decodeSendRequest(data)
+		if err != nil {
+			return nil, err
+		}
+		ack, err := svc.Send(ctx, me, req)
+		ack.Code = 0
+		return ack, err
+	case protocol.OpRead, protocol.OpDelivered:
+		req, err := decodePositionRequest(data, true)
+		if err != nil {
+			return nil, err
+		}
+		if op == protocol.OpRead {
+			n, err := svc.MarkRead(ctx, me, req.ConvID, *req.Seq)
+			return protocol.ReadPosition{ReadSeq: n}, err
+		}
+		n, err := svc.MarkDelivered(ctx, me, req.ConvID, *req.Seq)
+		return protocol.DeliveredPosition{DeliveredSeq: n}, err
+	case protocol.OpRecall:
+		req, err := decodeRecallRequest(data)
+		if err != nil {
+			return nil, err
+		}
+		return empty{}, svc.Recall(ctx, me, req.ConvID, *req.Seq)
+	case protocol.OpSync:
+		p, err := decodeSyncParams(data)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := svc.Sync(ctx, me, *p.Cursor, min(p.Limit, protocol.MaxSyncLimit), 0)
+		if resp.Events == nil {
+			resp.Events = []protocol.SyncEvent{}
+		}
+		return resp, err
+	case protocol.OpPing:
+		return pong{Op: protocol.OpPong}, nil
+	}
+	if len(op) > 32 {
+		op = op[:32] + "..."
+	}
+	return nil, invalidf("unknown op %q", op)
+}
+
+// ---- writer ----
+
+func (c *wsConn) writeLoop() {
+	defer c.finish() // runs after guard has recorded a panic and closed done
+	defer c.guard("writer")
+	ping := time.NewTicker(c.g.cfg.HeartbeatInterval)
+	defer ping.Stop()
+	for {
+		var err error
+		select {
+		case <-c.done:
+			return
+		case b := <-c.replies:
+			err = c.write(b)
+		case b := <-c.pushes:
+			if err = c.write(b); err == nil {
+				c.g.met.EventsPushed(1)
+			}
+		case <-ping.C:
+			err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.g.cfg.WriteTimeout))
+		}
+		if err != nil {
+			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
+			return
+		}
+	}
+}
+
+func (c *wsConn) write(b []byte) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
+	return c.ws.WriteMessage(websocket.TextMessage, b)
+}
+
+// finish writes the last frame and the close frame, waits briefly for the client's close
+// answer (or for the reader to end), then closes the socket, which ends the reader.
+func (c *wsConn) finish() {
+	<-c.done
+	deadline := time.Now().Add(closeGrace)
+	if c.lastFrame != nil {
+		_ = c.ws.SetWriteDeadline(deadline)
+		_ = c.ws.WriteMessage(websocket.TextMessage, c.lastFrame)
+	}
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(c.closeCode, c.closeReason), deadline)
+	timer := time.NewTimer(closeGrace)
+	defer timer.Stop()
+	select {
+	case <-c.readerDone:
+	case <-timer.C:
+	}
+	_ = c.ws.Close()
+}
+
+// ---- pusher ----
+
+// pushLoop pushes the user's events in cursor order with no gap and no repeat: first the
+// catch-up after cursor (or nothing up to last), then live hub events, filling any gap
+// between them from the durable log.
+func (c *wsConn) pushLoop(sub *hub.Subscription, cursor *int64, last int64) {
+	defer c.guard("pusher")
+	if cursor != nil {
+		last = *cursor
+		if !c.catchUp(&last) {
+			return
+		}
+	}
+	for {
+		select {
+		case <-c.done:
+			return
+		case ev := <-sub.Events():
+			if !c.deliver(ev, &last) {
+				return
+			}
+		case <-sub.Done():
+			c.subscriptionEnded(sub.Err())
+			return
+		}
+	}
+}
+
+// deliver pushes a live event unless it was already pushed; a gap before it is filled
+// from the log first.
+func (c *wsConn) deliver(ev protocol.SyncEvent, last *int64) bool {
+	if ev.Cursor <= *last {
+		return true
+	}
+	if ev.Cursor > *last+1 {
+		if !c.catchUp(last) {
+			return false
+		}
+		if ev.Cursor <= *last {
+			return true
+		}
+		// The hub delivered an event that sync does not show yet: chat publishes only
+		// committed events, so this is a bug. Reconnecting with the cursor recovers.
+		c.g.log.Error("gateway: live event ahead of the sync log", "user", c.me.UserID, "cursor", ev.Cursor, "last", *last)
+		c.close(websocket.CloseInternalServerErr, "internal error", nil)
+		return false
+	}
+	if !c.push(&ev) {
+		return false
+	}
+	*last = ev.Cursor
+	return true
+}
+
+// catchUp pushes every event after *last from the durable log, page by page.
+func (c *wsConn) catchUp(last *int64) bool {
+	for !c.closing() {
+		resp, err := c.g.svc.Sync(c.ctx, c.me, *last, protocol.MaxSyncLimit, 0)
+		if err != nil {
+			c.fail(err)
+			return false
+		}
+		for i := range resp.Events {
+			ev := &resp.Events[i]
+			if ev.Cursor <= *last {
+				continue
+			}
+			if !c.push(ev) {
+				return false
+			}
+			*last = ev.Cursor
+		}
+		if !resp.HasMore || len(resp.Events) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// push queues one event, waiting for room.
+func (c *wsConn) push(ev *protocol.SyncEvent) bool {
+	b, err := encodeEventPush(ev)
+	if err != nil {
+		c.g.log.Error("gateway: encode event", "user", c.me.UserID, "cursor", ev.Cursor, "err", err)
+		c.close(websocket.CloseInternalServerErr, "internal error", nil)
+		return false
+	}
+	select {
+	case c.pushes <- b:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// fail sends {"op":"error","code","error"} for err and closes: 410 (cursor older than the
+// log) and 409 (cursor ahead) with 1008, anything else with 1011.
+func (c *wsConn) fail(err error) {
+	if c.closing() {
+		return
+	}
+	code := statusOf(err)
+	closeCode := websocket.ClosePolicyViolation
+	if code >= 500 {
+		closeCode = websocket.CloseInternalServerErr
+		if code == 500 {
+			c.g.log.Error("gateway: websocket sync failed", "user", c.me.UserID, "err", err)
+		}
+	}
+	msg := errorMessage(err, code)
+	c.close(closeCode, truncate(msg, 120), encodeErrorPush(code, msg))
+}
+
+// subscriptionEnded closes the connection when the hub ends its subscription.
+func (c *wsConn) subscriptionEnded(err error) {
+	switch {
+	case errors.Is(err, hub.ErrOverflow):
+		c.close(CloseTooSlow, "too slow: reconnect with your cursor", nil)
+	case errors.Is(err, hub.ErrKicked):
+		c.close(CloseRevoked, "revoked", nil)
+	default:
+		c.close(websocket.CloseGoingAway, "server shutting down", nil)
+	}
+}
+
+// truncate cuts s to at most n bytes on a rune boundary (close reasons are limited to 123
+// bytes).
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

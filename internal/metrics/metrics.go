@@ -1,0 +1,185 @@
+// Package metrics holds Parley's Prometheus instruments on a registry of their own (never
+// the global default), and serves them in the Prometheus text format. *Metrics implements
+// chat.Observer; the gateway and cmd/parley feed the rest. Every method is safe for
+// concurrent use and does nothing on a nil *Metrics, so callers need no nil checks.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// latencyBuckets are fine-grained from 0.1 ms to 1 s (seconds), for ack and commit times.
+func latencyBuckets() []float64 {
+	return []float64{
+		0.0001, 0.00025, 0.0005, 0.00075,
+		0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075,
+		0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
+		0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1,
+	}
+}
+
+// Metrics is the set of Parley's instruments. Create it with New.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	messagesSent      prometheus.Counter
+	messagesDuplicate prometheus.Counter
+	ackLatency        prometheus.Histogram
+	eventsCommitted   prometheus.Counter
+	wsConnections     prometheus.Gauge
+	eventsPushed      prometheus.Counter
+	commitBatch       prometheus.Histogram
+	commitSeconds     prometheus.Histogram
+	longPollsWaiting  prometheus.Gauge
+	httpRequests      *prometheus.CounterVec
+}
+
+// New returns Metrics registered on a new registry, together with the Go runtime and process
+// collectors (process_resident_memory_bytes is read by the load tool).
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		messagesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_messages_sent_total",
+			Help: "Messages stored by a send (duplicates not included).",
+		}),
+		messagesDuplicate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_messages_duplicate_total",
+			Help: "Sends answered with the original ack because (sender, client_msg_id) was already stored.",
+		}),
+		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "parley_ack_latency_seconds",
+			Help:    "Time from the start of a send to its durable ack, duplicates included.",
+			Buckets: latencyBuckets(),
+		}),
+		eventsCommitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_events_committed_total",
+			Help: "Sync events durably appended to users' event logs.",
+		}),
+		wsConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "parley_ws_connections",
+			Help: "Open WebSocket connections.",
+		}),
+		eventsPushed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_events_pushed_total",
+			Help: "Sync events written to WebSocket connections.",
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "parley_store_commit_batch_size",
+			Help:    "Operations per durable store commit (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12), // 1 .. 2048
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "parley_store_commit_seconds",
+			Help:    "Duration of one durable store commit.",
+			Buckets: latencyBuckets(),
+		}),
+		longPollsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "parley_longpolls_waiting",
+			Help: "GET /v1/sync calls currently waiting for events.",
+		}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_http_requests_total",
+			Help: "HTTP requests answered, by status code (101 for WebSocket upgrades).",
+		}, []string{"code"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
+		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
+		m.longPollsWaiting, m.httpRequests,
+	)
+	return m
+}
+
+// Registry returns the registry the instruments live on, for callers that add collectors
+// of their own.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format. It needs no credentials.
+func (m *Metrics) Handler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// MessageStored records one answered send: d is the time to its durable ack (chat.Observer).
+func (m *Metrics) MessageStored(d time.Duration, duplicate bool) {
+	if m == nil {
+		return
+	}
+	if duplicate {
+		m.messagesDuplicate.Inc()
+	} else {
+		m.messagesSent.Inc()
+	}
+	m.ackLatency.Observe(d.Seconds())
+}
+
+// EventsCommitted records n sync events durably committed (chat.Observer).
+func (m *Metrics) EventsCommitted(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.eventsCommitted.Add(float64(n))
+}
+
+// ObserveCommit records one durable store commit of batch operations that took d. cmd/parley
+// hooks it to the store.
+func (m *Metrics) ObserveCommit(batch int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.commitBatch.Observe(float64(batch))
+	m.commitSeconds.Observe(d.Seconds())
+}
+
+// ConnectionOpened counts a WebSocket connection as open.
+func (m *Metrics) ConnectionOpened() {
+	if m != nil {
+		m.wsConnections.Inc()
+	}
+}
+
+// ConnectionClosed counts a WebSocket connection as closed.
+func (m *Metrics) ConnectionClosed() {
+	if m != nil {
+		m.wsConnections.Dec()
+	}
+}
+
+// EventsPushed records n events written to WebSocket connections.
+func (m *Metrics) EventsPushed(n int) {
+	if m != nil && n > 0 {
+		m.eventsPushed.Add(float64(n))
+	}
+}
+
+// LongPollStarted counts a sync long-poll as waiting; pair it with LongPollEnded.
+func (m *Metrics) LongPollStarted() {
+	if m != nil {
+		m.longPollsWaiting.Inc()
+	}
+}
+
+// LongPollEnded counts a sync long-poll as no longer waiting.
+func (m *Metrics) LongPollEnded() {
+	if m != nil {
+		m.longPollsWaiting.Dec()
+	}
+}
+
+// HTTPRequest counts one HTTP request answered with status code.
+func (m *Metrics) HTTPRequest(code int) {
+	if m != nil {
+		m.httpRequests.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
+}
