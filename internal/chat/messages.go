@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,14 +110,24 @@ func validateSend(req protocol.SendRequest) ([]byte, error) {
 	case !json.Valid(req.Content):
 		return nil, invalid("content is not valid JSON")
 	}
-	var extra []byte
-	if req.Extra != nil {
-		extra, _ = json.Marshal(req.Extra) // a map of strings always encodes
-	}
+	extra := encodeExtra(req.Extra)
 	if len(req.Content)+len(extra) > protocol.MaxContentBytes {
 		return nil, fmt.Errorf("%w: content plus extra exceed %d bytes", ErrTooLarge, protocol.MaxContentBytes)
 	}
 	return extra, nil
+}
+
+// encodeExtra encodes extra for storage without HTML escaping, so that its size is what the
+// client sent for any extra it sent unescaped (the 64 KiB limit counts request bytes).
+func encodeExtra(extra map[string]string) []byte {
+	if extra == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(extra) // a map of strings always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // lookupAck returns the original ack of (sender, clientMsgID) if it was stored.
