@@ -36,8 +36,7 @@ const (
 	stDeleteMember
 	stInsertMessage
 	stRecallMessage
-	stNextCursor
-	stInsertEvent
+	stAppendEvent
 	stPruneOldest
 	stPruneUpTo
 	stRaisePruned
@@ -77,7 +76,9 @@ func statementSQL() [numStmts]string {
 		stMessagesBefore: `SELECT ` + msgCols + ` FROM messages WHERE conv_id = ? AND seq > ? AND seq < ?
 			ORDER BY seq DESC LIMIT ?`,
 		stEvents:  eventsSQL,
-		stCursors: `SELECT last_cursor, pruned_cursor FROM users WHERE id = ?`,
+		stCursors: `SELECT max(u.pruned_cursor, coalesce(
+			(SELECT max(e.cursor) FROM events e WHERE e.user_id = u.id), 0)), u.pruned_cursor
+			FROM users u WHERE u.id = ?`,
 
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
 		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
@@ -95,9 +96,7 @@ func statementSQL() [numStmts]string {
 		stInsertMessage: `INSERT INTO messages (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		stRecallMessage: `UPDATE messages SET content = NULL, extra = NULL, recalled = 1
 			WHERE conv_id = ? AND seq = ?`,
-		stNextCursor: `UPDATE users SET last_cursor = last_cursor + 1 WHERE id = ? RETURNING last_cursor`,
-		stInsertEvent: `INSERT INTO events (user_id, cursor, type, conv_id, ts, seq, data)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		stAppendEvent: appendEventSQL,
 		stPruneOldest: `DELETE FROM events WHERE (user_id, cursor) IN (
 			SELECT user_id, cursor FROM events WHERE ts < ? ORDER BY ts, user_id, cursor LIMIT ?)
 			RETURNING user_id, cursor`,
@@ -119,6 +118,16 @@ const membershipsSQL = `SELECT m.conv_id, m.user_id, m.joined_at, m.ordinal, m.j
 	c.created_at, c.updated_at
 	FROM members m JOIN conversations c ON c.id = m.conv_id
 	WHERE m.user_id = ?`
+
+// appendEventSQL stores an event under the user's next cursor in one statement: the last
+// cursor is the highest event of the user (one seek at the end of the primary key), or the
+// pruned bound when retention removed every event, so no counter row is rewritten per event.
+// It inserts nothing, and returns no row, for an unknown user.
+const appendEventSQL = `INSERT INTO events (user_id, cursor, type, conv_id, ts, seq, data)
+	SELECT u.id, max(u.pruned_cursor, coalesce(
+		(SELECT max(e.cursor) FROM events e WHERE e.user_id = u.id), 0)) + 1, ?, ?, ?, ?, ?
+	FROM users u WHERE u.id = ?
+	RETURNING cursor`
 
 // eventsSQL joins the referenced message of "message" events only: the message is stored
 // once per conversation, not copied into every member's log, so a recall shows in it.

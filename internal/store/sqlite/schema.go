@@ -17,7 +17,9 @@ func migrations() [][]string {
 // schemaV1 is the initial schema.
 //
 // Small, hot tables are WITHOUT ROWID so that each row lives in its primary-key b-tree
-// only: an AppendEvent touches one users row and one events row, no second index.
+// only. A user's last cursor is not stored: it is the highest key of the user's events (or
+// pruned_cursor once retention removed them all), so an AppendEvent writes one events row
+// and no counter.
 // messages keeps a rowid because a row may carry up to 64 KiB of content, and SQLite
 // advises WITHOUT ROWID only for rows far smaller than a page.
 //
@@ -30,7 +32,6 @@ func schemaV1() []string {
 			name          TEXT    NOT NULL,
 			token_gen     INTEGER NOT NULL,
 			created_at    INTEGER NOT NULL,
-			last_cursor   INTEGER NOT NULL DEFAULT 0,
 			pruned_cursor INTEGER NOT NULL DEFAULT 0
 		) WITHOUT ROWID`,
 		`CREATE TABLE conversations (

@@ -218,16 +218,14 @@ func (t readTx) Cursors(ctx context.Context, userID string) (store.CursorBounds,
 	return b, nil
 }
 
-// AppendEvent implements store.EventWriter. The cursor comes from the user row, updated in
-// the same transaction, so cursors are gapless per user whatever the batch holds.
+// AppendEvent implements store.EventWriter. The cursor is the user's highest one plus one,
+// computed in the statement that inserts the event and serialized by the single writer, so
+// cursors are gapless per user whatever the batch holds.
 func (t writeTx) AppendEvent(ctx context.Context, e store.Event) (int64, error) {
 	var cursor int64
-	if err := t.q.queryRow(ctx, stNextCursor, e.UserID).Scan(&cursor); err != nil {
-		return 0, t.q.fail(err, "append event: user %q", e.UserID)
-	}
-	_, err := t.q.exec(ctx, stInsertEvent, e.UserID, cursor, e.Type, e.ConvID, e.TS, e.Seq, blob(e.Data))
+	err := t.q.queryRow(ctx, stAppendEvent, e.Type, e.ConvID, e.TS, e.Seq, blob(e.Data), e.UserID).Scan(&cursor)
 	if err != nil {
-		return 0, t.q.fail(err, "append event %d of user %q", cursor, e.UserID)
+		return 0, t.q.fail(err, "append event: user %q", e.UserID)
 	}
 	return cursor, nil
 }
