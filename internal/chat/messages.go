@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/parleychat/parley/internal/protocol"
@@ -23,13 +24,6 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 	if err != nil {
 		return protocol.MessageAck{}, err
 	}
-	// Most retries are answered from a read snapshot without taking the writer.
-	if ack, ok, err := s.lookupAck(ctx, me.UserID, req.ClientMsgID); err != nil {
-		return ack, err
-	} else if ok {
-		s.obs.MessageStored(s.now().Sub(start), true)
-		return ack, nil
-	}
 	var ack protocol.MessageAck
 	err = s.update(ctx, "send", func(tx store.Tx, ob *outbox) error {
 		if m, err := tx.MessageByClientID(ctx, me.UserID, req.ClientMsgID); err == nil {
@@ -38,9 +32,16 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		c, _, err := loadConvMember(ctx, tx, req.ConvID, me.UserID)
+		c, err := loadConv(ctx, tx, req.ConvID)
 		if err != nil {
 			return err
+		}
+		members, err := tx.Members(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(members, func(m store.Member) bool { return m.UserID == me.UserID }) {
+			return fmt.Errorf("%w: not a member of %s", ErrForbidden, c.ID)
 		}
 		now := s.nowMS()
 		m := store.Message{
@@ -54,7 +55,7 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		if err := tx.UpdateConversation(ctx, c); err != nil {
 			return err
 		}
-		if err := s.fanoutMessage(ctx, tx, ob, m); err != nil {
+		if err := s.fanoutMessage(ctx, tx, ob, m, members); err != nil {
 			return err
 		}
 		ack = ackOf(m, false)
@@ -68,11 +69,7 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 
 // fanoutMessage appends the "message" event of m to every member's log (write fanout),
 // advances the sender's positions and un-hides the conversation for members who deleted it.
-func (s *Service) fanoutMessage(ctx context.Context, tx store.Tx, ob *outbox, m store.Message) error {
-	members, err := tx.Members(ctx, m.ConvID)
-	if err != nil {
-		return err
-	}
+func (s *Service) fanoutMessage(ctx context.Context, tx store.Tx, ob *outbox, m store.Message, members []store.Member) error {
 	payload, err := json.Marshal(wireMessage(m))
 	if err != nil {
 		return err
@@ -128,23 +125,6 @@ func encodeExtra(extra map[string]string) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(extra) // a map of strings always encodes
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
-}
-
-// lookupAck returns the original ack of (sender, clientMsgID) if it was stored.
-func (s *Service) lookupAck(ctx context.Context, sender, clientMsgID string) (protocol.MessageAck, bool, error) {
-	var ack protocol.MessageAck
-	var found bool
-	err := s.view(ctx, "dedup lookup", func(tx store.ReadTx) error {
-		m, err := tx.MessageByClientID(ctx, sender, clientMsgID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		ack, found = ackOf(m, true), true
-		return nil
-	})
-	return ack, found, err
 }
 
 // HistoryQuery selects a page of messages. BeforeSeq > 0 selects the page below it.
