@@ -26,10 +26,11 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "parley:", err)
-		}
+	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp): // --help was asked for and printed
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "parley:", err)
 		os.Exit(1)
 	}
 }
@@ -40,6 +41,7 @@ commands:
   serve                   run the server (parley serve --help for flags)
   user add <id> [--name]  create a user in the data directory
   token <user> <device>   mint a device token from the data directory
+  bench <scenario>        load-test a server and verify deliveries (parley bench --help)
   version                 print the version
 `
 
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return userCmd(ctx, rest, getenv, stdout, stderr)
 	case "token":
 		return tokenCmd(ctx, rest, getenv, stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "parley", version)
 		return nil

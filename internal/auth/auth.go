@@ -128,20 +128,47 @@ func LoadOrCreateSecret(dir, name string) (secret string, created bool, err erro
 		return "", false, fmt.Errorf("auth: random: %w", err)
 	}
 	s := hex.EncodeToString(raw)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		if errors.Is(err, os.ErrExist) { // another process made it first: use theirs
-			return LoadOrCreateSecret(dir, name)
-		}
+	switch err := createDurably(path, []byte(s+"\n")); {
+	case errors.Is(err, os.ErrExist): // another process made it first: use theirs
+		return LoadOrCreateSecret(dir, name)
+	case err != nil:
 		return "", false, fmt.Errorf("auth: create secret: %w", err)
 	}
-	if _, err := f.WriteString(s + "\n"); err != nil {
-		f.Close()
-		return "", false, fmt.Errorf("auth: write secret: %w", err)
+	return s, true, nil
+}
+
+// createDurably creates path holding data, or fails with os.ErrExist if it exists. The data
+// is written and fsynced in a temporary file that is then linked into place (link, unlike
+// rename, refuses to replace) and the directory fsynced, so a crash leaves either no file or
+// the whole one, never an empty secret.
+func createDurably(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return "", false, fmt.Errorf("auth: sync secret: %w", err)
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
 	}
-	return s, true, f.Close()
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -75,7 +75,7 @@ func statementSQL() [numStmts]string {
 			ORDER BY seq LIMIT ?`,
 		stMessagesBefore: `SELECT ` + msgCols + ` FROM messages WHERE conv_id = ? AND seq > ? AND seq < ?
 			ORDER BY seq DESC LIMIT ?`,
-		stEvents:  eventsSQL,
+		stEvents: eventsSQL,
 		stCursors: `SELECT max(u.pruned_cursor, coalesce(
 			(SELECT max(e.cursor) FROM events e WHERE e.user_id = u.id), 0)), u.pruned_cursor
 			FROM users u WHERE u.id = ?`,

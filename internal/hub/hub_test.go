@@ -1,0 +1,73 @@
+package hub
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/parleychat/parley/internal/protocol"
+)
+
+func evs(cursors ...int64) []protocol.SyncEvent {
+	out := make([]protocol.SyncEvent, len(cursors))
+	for i, c := range cursors {
+		out[i] = protocol.SyncEvent{Cursor: c}
+	}
+	return out
+}
+
+func TestPublishReachesOnlyThatUsersSubscribers(t *testing.T) {
+	h := New()
+	a1, a2, b := h.Subscribe("alice", 4), h.Subscribe("alice", 4), h.Subscribe("bob", 4)
+	h.Publish("alice", evs(1, 2))
+	for _, s := range []*Subscription{a1, a2} {
+		for _, want := range []int64{1, 2} {
+			if got := (<-s.Events()).Cursor; got != want {
+				t.Fatalf("cursor %d, want %d", got, want)
+			}
+		}
+	}
+	select {
+	case ev := <-b.Events():
+		t.Fatalf("bob got alice's event %+v", ev)
+	default:
+	}
+	if n := h.Subscribers(); n != 3 {
+		t.Fatalf("Subscribers = %d", n)
+	}
+}
+
+func TestOverflowEndsOnlyTheSlowSubscriber(t *testing.T) {
+	h := New()
+	slow, fast := h.Subscribe("alice", 2), h.Subscribe("alice", 8)
+	h.Publish("alice", evs(1, 2, 3)) // never blocks, although slow has room for 2
+	select {
+	case <-slow.Done():
+	default:
+		t.Fatal("slow subscriber not ended")
+	}
+	if !errors.Is(slow.Err(), ErrOverflow) || fast.Err() != nil {
+		t.Fatalf("errs: slow %v, fast %v", slow.Err(), fast.Err())
+	}
+	if len(slow.Events()) != 2 {
+		t.Fatalf("buffered events of the ended subscription: %d, want 2 kept", len(slow.Events()))
+	}
+	h.Publish("alice", evs(4))
+	if len(fast.Events()) != 4 {
+		t.Fatalf("fast subscriber has %d events, want 4", len(fast.Events()))
+	}
+}
+
+func TestKickAndClose(t *testing.T) {
+	h := New()
+	a, b := h.Subscribe("alice", 1), h.Subscribe("bob", 1)
+	h.Kick("alice")
+	if !errors.Is(a.Err(), ErrKicked) || b.Err() != nil {
+		t.Fatalf("after kick: alice %v, bob %v", a.Err(), b.Err())
+	}
+	b.Close()
+	b.Close() // idempotent
+	if !errors.Is(b.Err(), ErrClosed) || h.Subscribers() != 0 {
+		t.Fatalf("after close: %v, %d subscribers", b.Err(), h.Subscribers())
+	}
+	h.Publish("bob", evs(1)) // no subscriber: nothing happens
+}
