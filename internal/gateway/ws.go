@@ -406,7 +406,7 @@ func (c *wsConn) pushLoop(sub *hub.Subscription, cursor *int64, last int64) {
 	defer c.guard("pusher")
 	if cursor != nil {
 		last = *cursor
-		if !c.catchUp(&last) {
+		if !c.catchUp(sub, &last) {
 			return
 		}
 	}
@@ -415,7 +415,7 @@ func (c *wsConn) pushLoop(sub *hub.Subscription, cursor *int64, last int64) {
 		case <-c.done:
 			return
 		case ev := <-sub.Events():
-			if !c.deliver(ev, &last) {
+			if !c.deliver(sub, ev, &last) {
 				return
 			}
 		case <-sub.Done():
@@ -427,12 +427,12 @@ func (c *wsConn) pushLoop(sub *hub.Subscription, cursor *int64, last int64) {
 
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
-func (c *wsConn) deliver(ev protocol.SyncEvent, last *int64) bool {
+func (c *wsConn) deliver(sub *hub.Subscription, ev protocol.SyncEvent, last *int64) bool {
 	if ev.Cursor <= *last {
 		return true
 	}
 	if ev.Cursor > *last+1 {
-		if !c.catchUp(last) {
+		if !c.catchUp(sub, last) {
 			return false
 		}
 		if ev.Cursor <= *last {
@@ -451,9 +451,14 @@ func (c *wsConn) deliver(ev protocol.SyncEvent, last *int64) bool {
 	return true
 }
 
-// catchUp pushes every event after *last from the durable log, page by page.
-func (c *wsConn) catchUp(last *int64) bool {
+// catchUp pushes every event after *last from the durable log, page by page. Live events
+// that arrive meanwhile are drained from the subscription (the log has them), so a long
+// catch-up on a busy account does not overflow the hub buffer and disconnect the client;
+// it ends only once the log has caught up with the newest live event seen.
+func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
+	var seen int64
 	for !c.closing() {
+		seen = max(seen, drain(sub))
 		resp, err := c.g.svc.Sync(c.ctx, c.me, *last, protocol.MaxSyncLimit, 0)
 		if err != nil {
 			c.fail(err)
@@ -469,11 +474,25 @@ func (c *wsConn) catchUp(last *int64) bool {
 			}
 			*last = ev.Cursor
 		}
-		if !resp.HasMore || len(resp.Events) == 0 {
+		if (!resp.HasMore || len(resp.Events) == 0) && *last >= seen {
 			return true
 		}
 	}
 	return false
+}
+
+// drain takes every event already buffered in sub and returns the highest cursor among
+// them (0 if none).
+func drain(sub *hub.Subscription) int64 {
+	var top int64
+	for {
+		select {
+		case ev := <-sub.Events():
+			top = max(top, ev.Cursor)
+		default:
+			return top
+		}
+	}
 }
 
 // push queues one event, waiting for room.
