@@ -117,3 +117,30 @@ func BenchmarkEncodeEventPush(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeSendFrame measures the decode of the hottest client frame: the envelope,
+// then the send params.
+func BenchmarkDecodeSendFrame(b *testing.B) {
+	frame := []byte(`{"id":"42","op":"send","conv_id":"d_cqnezuscwz7if3puu6f3iggubi","client_msg_id":"0b1c2d3e-4f50-4617-8a9b-0c1d2e3f4a5b","content_type":1,"content":{"text":"hello, world"}}`)
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		f, err := decodeFrame(frame)
+		if err != nil || f.Op != protocol.OpSend {
+			b.Fatal(f, err)
+		}
+		if _, err := decodeSendRequest(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncodeAckReply measures the encode of the reply to a send.
+func BenchmarkEncodeAckReply(b *testing.B) {
+	ack := protocol.MessageAck{ConvID: "d_cqnezuscwz7if3puu6f3iggubi", ClientMsgID: "0b1c2d3e-4f50-4617-8a9b-0c1d2e3f4a5b",
+		MsgID: "m_abthxvebofjygh73cxoqepd6w4", Seq: 1234, CreatedAt: 1795999091134}
+	for b.Loop() {
+		if _, err := encodeReply("42", ack); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
