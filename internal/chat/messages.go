@@ -108,14 +108,44 @@ func validateSend(req protocol.SendRequest) ([]byte, error) {
 		return nil, invalid("content is not valid JSON")
 	}
 	extra := encodeExtra(req.Extra)
-	if len(req.Content)+len(extra) > protocol.MaxContentBytes {
+	if len(req.Content)+minimalJSONLen(req.Extra) > protocol.MaxContentBytes {
 		return nil, fmt.Errorf("%w: content plus extra exceed %d bytes", ErrTooLarge, protocol.MaxContentBytes)
 	}
 	return extra, nil
 }
 
-// encodeExtra encodes extra for storage without HTML escaping, so that its size is what the
-// client sent for any extra it sent unescaped (the 64 KiB limit counts request bytes).
+// minimalJSONLen is the length of the shortest JSON encoding of extra: what any client's
+// encoding of it in a request measures at least. The 64 KiB limit counts request bytes;
+// measuring the server's own re-encoding instead (which escapes U+2028 and more) would refuse
+// requests the limit allows.
+func minimalJSONLen(extra map[string]string) int {
+	if extra == nil {
+		return 0
+	}
+	n := 2 + max(len(extra)-1, 0) // braces and commas
+	for k, v := range extra {
+		n += minimalStringLen(k) + 1 + minimalStringLen(v) // key, colon, value
+	}
+	return n
+}
+
+// minimalStringLen is the length of s as a JSON string with only the escapes JSON demands.
+func minimalStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+			n += 2
+		case c < 0x20:
+			n += 6
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// encodeExtra encodes extra for storage, without HTML escaping to keep it compact.
 func encodeExtra(extra map[string]string) []byte {
 	if extra == nil {
 		return nil
