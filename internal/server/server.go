@@ -49,6 +49,7 @@ type Server struct {
 	store  *sqlite.Store
 	http   *http.Server
 	stopBG context.CancelFunc
+	unlock func()
 }
 
 // New opens the store in cfg.Data and assembles the node. Call Serve to accept connections
@@ -60,18 +61,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
 		return nil, err
 	}
+	unlock, err := lockData(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
 	m := metrics.New()
 	st, err := sqlite.Open(ctx, sqlite.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: m.ObserveCommit})
 	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{Metrics: m, store: st, AdminSecret: cfg.AdminSecret}
+	s := &Server{Metrics: m, store: st, unlock: unlock, AdminSecret: cfg.AdminSecret}
 	signer, err := Signer(cfg.Data)
 	if err == nil && s.AdminSecret == "" {
 		s.AdminSecret, s.SecretCreated, err = auth.LoadOrCreateSecret(cfg.Data, auth.AdminSecretFile)
 	}
 	if err != nil {
 		st.Close()
+		unlock()
 		return nil, err
 	}
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now})
@@ -112,5 +119,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close stops background work and closes the store without draining.
 func (s *Server) Close() error {
 	s.stopBG()
-	return s.store.Close()
+	err := s.store.Close()
+	s.unlock()
+	return err
 }
