@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+
+	"github.com/parleychat/parley/internal/bench"
+)
+
+// benchWorker is the hidden scenario name under which `parley bench` re-executes itself as
+// a load worker (--procs > 1): it reads its job on stdin and answers on stdout.
+const benchWorker = "_worker"
+
+const benchUsage = `usage: parley bench <scenario> [flags]
+
+scenarios:
+  direct      pairs of users in direct conversations; closed loop, or open loop with --rate
+  group       one group: --members, --online of them connected, --senders of them sending
+  read-storm  a group whose members all mark the latest message read at once, in rounds
+  reconnect   one user's --devices offline while --messages arrive in --convs; cursor and
+              snapshot catch-up time and bytes
+  idle        --conns WebSockets held with heartbeats; server memory per connection
+  mixed       --users acting at --rate actions/s: sends, reads, syncs, history, reconnects
+
+Without --server the bench starts its own 'parley serve' (rate limits off) in a temporary
+directory and stops it at the end. Every run verifies deliveries, cursors and read positions;
+any violation makes the exit status 1. 'parley bench <scenario> --help' lists the flags with
+the scenario's defaults.
+`
+
+// benchCmd is `parley bench <scenario> [flags]`.
+func benchCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, benchUsage)
+		if len(args) == 0 {
+			return errors.New("no scenario given")
+		}
+		return nil
+	}
+	if args[0] == benchWorker {
+		// Ctrl-C reaches the whole process group; the coordinator decides when to stop.
+		signal.Ignore(os.Interrupt)
+		return bench.Work(context.WithoutCancel(ctx), os.Stdin, stdout, nil)
+	}
+	scenario := args[0]
+	if !slices.Contains(bench.Scenarios, scenario) {
+		fmt.Fprint(stderr, benchUsage)
+		return fmt.Errorf("unknown scenario %q", scenario)
+	}
+	cfg, err := parseBench(scenario, args[1:], getenv, stderr)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	opts := bench.Options{
+		ServerArgv: []string{exe, "serve"},
+		WorkerArgv: []string{exe, "bench", benchWorker},
+		Stdout:     stdout,
+		Stderr:     stderr,
+		Terminal:   isTerminal(stderr),
+	}
+	_, err = bench.Run(ctx, cfg, opts)
+	return err
+}
+
+// parseBench turns the flags into a bench.Config whose defaults are the scenario's.
+func parseBench(scenario string, args []string, getenv func(string) string, stderr io.Writer) (bench.Config, error) {
+	c := bench.DefaultConfig(scenario)
+	fs := newFlagSet("bench "+scenario, stderr)
+	fs.StringVar(&c.Server, "server", "", "base URL of a running server (default: start one)")
+	fs.StringVar(&c.AdminSecret, "admin-secret", "", "admin secret of --server")
+	serverArgs := fs.String("server-args", "", "extra flags for the server the bench starts, space-separated (e.g. \"--relaxed-durability\")")
+	fs.IntVar(&c.Procs, "procs", c.Procs, "load processes: 1 runs the load in this process, N > 1 in N worker processes")
+	// Each scenario gets the flags it uses, with its own defaults.
+	in := func(scenarios ...string) bool { return slices.Contains(scenarios, scenario) }
+	if in("direct") {
+		fs.IntVar(&c.Pairs, "pairs", c.Pairs, "sender/receiver pairs, each in a direct conversation")
+	}
+	if in("group", "read-storm") {
+		fs.IntVar(&c.Members, "members", c.Members, "group size")
+		fs.IntVar(&c.Online, "online", c.Online, "members connected over WebSocket")
+	}
+	if in("group") {
+		fs.IntVar(&c.Senders, "senders", c.Senders, "members sending (they are online)")
+	}
+	if in("mixed") {
+		fs.IntVar(&c.Users, "users", c.Users, "users, in clusters of 10 sharing a group and direct pairs")
+	}
+	if in("reconnect") {
+		fs.IntVar(&c.Devices, "devices", c.Devices, "devices of the user, offline while messages arrive")
+		fs.IntVar(&c.Convs, "convs", c.Convs, "conversations the messages arrive in")
+		fs.IntVar(&c.Rounds, "rounds", c.Rounds, "offline/reconnect rounds")
+	}
+	if in("idle") {
+		fs.IntVar(&c.Conns, "conns", c.Conns, "WebSocket connections to open and hold")
+		fs.DurationVar(&c.Heartbeat, "heartbeat", c.Heartbeat, "client ping interval")
+	}
+	if in("direct", "group", "mixed") {
+		usage := "total sends/s in open loop (0: closed loop, each sender waits for its ack)"
+		if in("mixed") {
+			usage = "actions/s of all users together"
+		}
+		fs.Float64Var(&c.Rate, "rate", c.Rate, usage)
+	}
+	if in("read-storm") {
+		fs.IntVar(&c.Repeat, "repeat", c.Repeat, "reads per member per round (the first advances, the others repeat it)")
+	}
+	if !in("idle") {
+		usage := "messages to send in all, then stop; 0: run for --duration"
+		switch scenario {
+		case "reconnect":
+			usage = "messages arriving per round"
+		case "read-storm":
+			usage = "rounds (one message, then every member reads it), then stop; 0: run for --duration"
+		}
+		fs.Int64Var(&c.Messages, "messages", c.Messages, usage)
+		fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long receivers may take to catch up after the load")
+	}
+	if !in("reconnect") {
+		usage := "load time (with --messages, only a limit if given too)"
+		if in("idle") {
+			usage = "how long the connections are held once open"
+		}
+		fs.DurationVar(&c.Duration, "duration", c.Duration, usage)
+	}
+	if in("direct", "group", "read-storm", "mixed") {
+		fs.IntVar(&c.Size, "size", c.Size, "content bytes per message")
+	}
+	fs.StringVar(&c.JSONPath, "json", "", "write every figure to this JSON file")
+	fs.StringVar(&c.ReportPath, "report", "", "write an HTML report with charts to this file")
+	if err := parseFlags(fs, args, getenv); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["messages"] && !given["duration"] && scenario != "idle" {
+		c.Duration = 0 // run until the messages are acked
+	}
+	c.ServerArgs = strings.Fields(*serverArgs)
+	return c, c.Validate()
+}
+
+// isTerminal reports whether w is a terminal (a character device), for the progress line.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/parleychat/parley/client"
+)
+
+// Scenarios, in the order the usage lists them.
+var Scenarios = []string{"direct", "group", "read-storm", "reconnect", "idle", "mixed"}
+
+// fdBudget is how many WebSockets one process opens at most in the idle scenario: the
+// machines this runs on allow 20,000 open files per process, and a process needs a few
+// for itself.
+const fdBudget = 19000
+
+// Config is one bench run. Sizes left at zero take the scenario's default (DefaultConfig);
+// the flags of `parley bench` map one to one onto its fields.
+type Config struct {
+	Scenario string
+
+	Server      string   // base URL of a running server; empty starts one
+	AdminSecret string   // the server's admin secret (required with Server)
+	ServerArgs  []string // extra flags for the server the bench starts
+	Procs       int      // load processes: 1 runs the load in this process, N > 1 re-executes N workers
+
+	Pairs    int           // direct: sender/receiver pairs
+	Members  int           // group, read-storm: group size
+	Online   int           // group, read-storm: members connected over WebSocket
+	Senders  int           // group: members sending
+	Users    int           // mixed: users (in clusters of 10 with a group and direct pairs)
+	Devices  int           // reconnect: devices of the one user
+	Convs    int           // reconnect: conversations the messages arrive in
+	Conns    int           // idle: WebSocket connections
+	Messages int64         // messages to ack in all (0: run for Duration); reconnect: per round
+	Duration time.Duration // load time (0 with Messages: until they are acked); idle: hold time
+	Rate     float64       // direct, group: total sends/s, open loop (0: closed loop); mixed: actions/s
+	Size     int           // content bytes per message
+	Repeat   int           // read-storm: reads per member per round (the first advances, the rest repeat)
+	Rounds   int           // reconnect: offline/reconnect cycles
+
+	Heartbeat    time.Duration // idle: client ping interval
+	DrainTimeout time.Duration // how long receivers may take to catch up after the load
+
+	JSONPath   string // write every figure as JSON here
+	ReportPath string // write an HTML report with charts here
+}
+
+// DefaultConfig returns the defaults of scenario.
+func DefaultConfig(scenario string) Config {
+	c := Config{
+		Scenario: scenario, Procs: 1, Duration: 10 * time.Second, Size: 64,
+		Heartbeat: 25 * time.Second, DrainTimeout: 15 * time.Second,
+	}
+	switch scenario {
+	case "direct":
+		c.Pairs = 100
+	case "group":
+		c.Members, c.Online, c.Senders = 100, 100, 10
+	case "read-storm":
+		c.Members, c.Online, c.Repeat = 200, 20, 2
+	case "reconnect":
+		c.Devices, c.Convs, c.Messages, c.Rounds, c.Duration = 3, 10, 1000, 3, 0
+	case "idle":
+		c.Conns = 1000
+	case "mixed":
+		c.Users, c.Rate, c.Duration = 100, 200, 60*time.Second
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot run.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(slices.Contains(Scenarios, c.Scenario), "unknown scenario %q (one of %v)", c.Scenario, Scenarios)
+	check(c.Server == "" || c.AdminSecret != "", "--admin-secret is required with --server")
+	check(c.Procs >= 1, "--procs must be at least 1")
+	check(c.Messages >= 0 && c.Duration >= 0 && c.Rate >= 0 && c.Size >= 0, "sizes must not be negative")
+	check(c.Messages > 0 || c.Duration > 0 || c.Scenario == "reconnect", "give --duration or --messages")
+	switch c.Scenario {
+	case "direct":
+		check(c.Pairs >= 1, "--pairs must be at least 1")
+	case "group":
+		check(c.Members >= 2, "--members must be at least 2")
+		check(c.Senders >= 1 && c.Senders <= c.Members, "--senders must be 1..members")
+		check(c.Online >= c.Senders && c.Online <= c.Members, "--online must be senders..members (senders are online)")
+	case "read-storm":
+		check(c.Members >= 2, "--members must be at least 2")
+		check(c.Online >= 0 && c.Online <= c.Members, "--online must be 0..members")
+		check(c.Repeat >= 1, "--repeat must be at least 1")
+	case "reconnect":
+		check(c.Devices >= 1 && c.Convs >= 1 && c.Messages >= 1 && c.Rounds >= 1, "--devices, --convs, --messages and --rounds must be at least 1")
+	case "idle":
+		check(c.Conns >= 1, "--conns must be at least 1")
+		check(c.Conns <= fdBudget*c.Procs, "%d connections need --procs %d or more: one process opens at most %d", c.Conns, (c.Conns+fdBudget-1)/fdBudget, fdBudget)
+		check(c.Heartbeat > 0, "--heartbeat must be positive")
+	case "mixed":
+		check(c.Users >= 2, "--users must be at least 2")
+		check(c.Rate > 0, "--rate must be positive for mixed")
+	}
+	return errors.Join(errs...)
+}
+
+// Hooks let tests reach into a run in this process. Worker processes have none.
+type Hooks struct {
+	// DropEvent, if it returns true, hides a sync event from the checks of the receiving
+	// device, as a faulty server or SDK that lost it would: the run must report it.
+	DropEvent func(user, device string, ev client.SyncEvent) bool
+}
+
+// Options are how the bench reaches the world beyond its Config.
+type Options struct {
+	// ServerArgv starts a server when Config.Server is empty: the parley binary and
+	// "serve" (flags for address, data, secret and rate limits are added).
+	ServerArgv []string
+	// WorkerArgv starts a worker process (Procs > 1): the parley binary and the hidden
+	// worker command. WorkerEnv is added to its environment.
+	WorkerArgv []string
+	WorkerEnv  []string
+	// Stdout receives the final table; Stderr progress and notes. Nil discards.
+	Stdout, Stderr io.Writer
+	// Terminal makes the progress line redraw in place (\r) instead of printing lines.
+	Terminal bool
+	// Hooks are for tests; honoured by the in-process worker only.
+	Hooks *Hooks
+}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Metric names read from the server's /metrics.
+const (
+	mCPU         = "process_cpu_seconds_total"
+	mRSS         = "process_resident_memory_bytes"
+	mCommitCount = "parley_store_commit_batch_size_count"
+	mCommitSum   = "parley_store_commit_batch_size_sum"
+	mEvents      = "parley_events_committed_total"
+	mWSConns     = "parley_ws_connections"
+)
+
+// metricSet is one scrape: each series' value summed over its labels, by metric name.
+type metricSet map[string]float64
+
+// parseMetrics reads the Prometheus text format, keeping what the load tool needs: every
+// sample's value, summed over label sets, under the sample's name.
+func parseMetrics(r io.Reader) (metricSet, error) {
+	out := metricSet{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest := line, ""
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name, rest = line[:i], line[i:]
+		}
+		if strings.HasPrefix(rest, "{") {
+			j := strings.LastIndexByte(rest, '}')
+			if j < 0 {
+				continue
+			}
+			rest = rest[j+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	return out, sc.Err()
+}
+
+// scrape fetches and parses base/metrics.
+func scrape(ctx context.Context, hc *http.Client, base string) (metricSet, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+// sample is one scrape at a time.
+type sample struct {
+	At time.Time
+	M  metricSet
+}
+
+// sampler scrapes the server's metrics every second while a run lasts.
+type sampler struct {
+	hc   *http.Client
+	base string
+
+	mu      sync.Mutex // guards samples and err
+	samples []sample
+	err     error
+}
+
+func (s *sampler) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		s.take(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// take scrapes once, records the sample and returns it (nil on failure).
+func (s *sampler) take(ctx context.Context) metricSet {
+	m, err := scrape(ctx, s.hc, s.base)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if s.err == nil && ctx.Err() == nil {
+			s.err = err
+		}
+		return nil
+	}
+	s.samples = append(s.samples, sample{At: time.Now(), M: m})
+	return m
+}
+
+// window returns the samples taken between from and to.
+func (s *sampler) window(from, to time.Time) []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sample
+	for _, x := range s.samples {
+		if !x.At.Before(from) && !x.At.After(to) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// serverStats are the server's figures over a time window.
+type serverStats struct {
+	CPUSeconds float64
+	CPUPct     float64
+	RSSStart   float64
+	RSSPeak    float64
+	RSSEnd     float64
+	Deltas     metricSet // end minus start of every counter-like series
+	OK         bool
+}
+
+// stats computes the server's CPU share and memory between the samples nearest from and to.
+func statsOf(samples []sample) serverStats {
+	var st serverStats
+	if len(samples) < 2 {
+		return st
+	}
+	first, last := samples[0], samples[len(samples)-1]
+	wall := last.At.Sub(first.At).Seconds()
+	st.OK = true
+	st.CPUSeconds = last.M[mCPU] - first.M[mCPU]
+	if wall > 0 {
+		st.CPUPct = 100 * st.CPUSeconds / wall
+	}
+	st.RSSStart, st.RSSEnd = first.M[mRSS], last.M[mRSS]
+	for _, x := range samples {
+		st.RSSPeak = max(st.RSSPeak, x.M[mRSS])
+	}
+	st.Deltas = metricSet{}
+	for k, v := range last.M {
+		if strings.HasSuffix(k, "_total") || strings.HasSuffix(k, "_count") || strings.HasSuffix(k, "_sum") {
+			st.Deltas[k] = v - first.M[k]
+		}
+	}
+	return st
+}

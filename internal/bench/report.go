@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Report is everything a run measured. Its JSON form (--json) is the record to compare runs
+// with; rates are per second of load, latencies in milliseconds.
+type Report struct {
+	Scenario  string    `json:"scenario"`
+	Config    configOut `json:"config"`
+	Server    string    `json:"server"` // "spawned" or the URL driven
+	Op        string    `json:"op"`     // what latency_ms measures
+	StartedAt time.Time `json:"started_at"`
+	DurationS float64   `json:"duration_s"` // the load phase
+
+	Ops                int64   `json:"ops"`
+	OpsPerSec          float64 `json:"ops_per_sec"`
+	Acked              int64   `json:"acked"`
+	AckedPerSec        float64 `json:"acked_per_sec"`
+	Deliveries         int64   `json:"deliveries"` // messages received by online devices other than the sender's
+	DeliveriesPerSec   float64 `json:"deliveries_per_sec"`
+	ExpectedDeliveries int64   `json:"expected_deliveries"` // acked messages x their online recipients
+	Echoes             int64   `json:"echoes"`              // messages received by their sender's own device
+
+	Latency         Percentiles `json:"latency_ms"`
+	DeliveryLatency Percentiles `json:"delivery_latency_ms"` // send -> receive at each recipient
+
+	Errors           map[string]int64 `json:"errors"`
+	Violations       int64            `json:"violations"`
+	ViolationsByKind map[string]int64 `json:"violations_by_kind"`
+	ViolationSamples []Violation      `json:"violation_samples"`
+
+	ServerCPUPct        float64            `json:"server_cpu_pct"`
+	ServerCPUSeconds    float64            `json:"server_cpu_seconds"`
+	ServerRSSBytes      float64            `json:"server_rss_bytes"` // peak sampled during the load
+	ServerRSSStartBytes float64            `json:"server_rss_start_bytes"`
+	ServerCounters      map[string]float64 `json:"server_counters"` // parley_* counters over the load
+
+	ClientCPUPct      float64 `json:"client_cpu_pct"`
+	ClientCPUSeconds  float64 `json:"client_cpu_seconds"`
+	ClientMaxRSSBytes int64   `json:"client_max_rss_bytes"` // largest load process
+
+	Counts   map[string]int64   `json:"counts"` // scenario counters (rounds, reconnects, ...)
+	Extra    map[string]float64 `json:"extra"`  // scenario figures
+	Timeline []Point            `json:"timeline"`
+
+	lat, dlat *hdrhistogram.Histogram
+	slots     map[int]*mergedSlot
+	interval  time.Duration
+}
+
+// Percentiles of a latency distribution, in milliseconds.
+type Percentiles struct {
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p999"`
+	Max   float64 `json:"max"`
+}
+
+// Point is one time slot of the run.
+type Point struct {
+	T                float64 `json:"t"` // seconds from the start to the slot's end
+	OpsPerSec        float64 `json:"ops_per_sec"`
+	AckedPerSec      float64 `json:"acked_per_sec"`
+	DeliveriesPerSec float64 `json:"deliveries_per_sec"`
+	P50              float64 `json:"p50_ms"`
+	P99              float64 `json:"p99_ms"`
+	Max              float64 `json:"max_ms"`
+	DeliveryP99      float64 `json:"delivery_p99_ms"`
+	ServerCPUPct     float64 `json:"server_cpu_pct"`
+	ServerRSSBytes   float64 `json:"server_rss_bytes"`
+}
+
+type mergedSlot struct {
+	ops, acked, delivered int64
+	lat, dlat             *hdrhistogram.Histogram
+}
+
+// configOut is the run's configuration as reported.
+type configOut struct {
+	Procs    int     `json:"procs"`
+	Pairs    int     `json:"pairs,omitempty"`
+	Members  int     `json:"members,omitempty"`
+	Online   int     `json:"online,omitempty"`
+	Senders  int     `json:"senders,omitempty"`
+	Users    int     `json:"users,omitempty"`
+	Devices  int     `json:"devices,omitempty"`
+	Convs    int     `json:"convs,omitempty"`
+	Conns    int     `json:"conns,omitempty"`
+	Messages int64   `json:"messages,omitempty"`
+	Duration string  `json:"duration,omitempty"`
+	Rate     float64 `json:"rate,omitempty"`
+	Size     int     `json:"size"`
+	Repeat   int     `json:"repeat,omitempty"`
+	Rounds   int     `json:"rounds,omitempty"`
+}
+
+func (c *coord) configOut() configOut {
+	cfg := c.cfg
+	o := configOut{Procs: cfg.Procs, Messages: cfg.Messages, Rate: cfg.Rate, Size: cfg.Size}
+	if cfg.Duration > 0 {
+		o.Duration = cfg.Duration.String()
+	}
+	switch cfg.Scenario {
+	case "direct":
+		o.Pairs = cfg.Pairs
+	case "group":
+		o.Members, o.Online, o.Senders = cfg.Members, cfg.Online, cfg.Senders
+	case "read-storm":
+		o.Members, o.Online, o.Repeat = cfg.Members, cfg.Online, cfg.Repeat
+	case "reconnect":
+		o.Devices, o.Convs, o.Rounds = cfg.Devices, cfg.Convs, cfg.Rounds
+	case "idle":
+		o.Conns = cfg.Conns
+	case "mixed":
+		o.Users = cfg.Users
+	}
+	return o
+}
+
+// addResult merges one worker's result.
+func (r *Report) addResult(res *Result) {
+	r.Ops += res.Ops
+	r.Acked += res.Acked
+	r.Deliveries += res.Delivered
+	r.Echoes += res.Echoes
+	for k, v := range res.Errors {
+		r.Errors[k] += v
+	}
+	for k, v := range res.Counts {
+		r.Counts[k] += v
+	}
+	mergeHist(r.lat, res.Latency)
+	mergeHist(r.dlat, res.DLatency)
+	if r.slots == nil {
+		r.slots = map[int]*mergedSlot{}
+	}
+	for _, s := range res.Slots {
+		m := r.slots[s.Index]
+		if m == nil {
+			m = &mergedSlot{lat: newHist(2), dlat: newHist(2)}
+			r.slots[s.Index] = m
+		}
+		m.ops += s.Ops
+		m.acked += s.Acked
+		m.delivered += s.Delivered
+		mergeHist(m.lat, s.Lat)
+		mergeHist(m.dlat, s.DLat)
+	}
+	r.ClientCPUSeconds += res.CPUSeconds
+	r.ClientMaxRSSBytes = max(r.ClientMaxRSSBytes, res.MaxRSS)
+	r.finalize()
+}
+
+// finalize derives rates, percentiles and the timeline from what was merged.
+func (r *Report) finalize() {
+	if r.DurationS > 0 {
+		r.OpsPerSec = float64(r.Ops) / r.DurationS
+		r.AckedPerSec = float64(r.Acked) / r.DurationS
+		r.DeliveriesPerSec = float64(r.Deliveries) / r.DurationS
+	}
+	r.Latency, r.DeliveryLatency = percentiles(r.lat), percentiles(r.dlat)
+	r.Timeline = r.Timeline[:0]
+	iv := r.interval.Seconds()
+	last := -1
+	for i := range r.slots {
+		last = max(last, i)
+	}
+	// The load phase ends inside slot n-1; later slots belong to the drain.
+	n := min(last+1, int(math.Ceil(r.DurationS/iv)))
+	for i := 0; i < n; i++ {
+		from, to := float64(i)*iv, min(float64(i+1)*iv, r.DurationS)
+		s := r.slots[i]
+		if i == n-2 && r.DurationS-to < iv/2 {
+			// A last slot shorter than half an interval would show a rate from a sliver
+			// of time: fold it into this one.
+			s = foldSlots(s, r.slots[i+1])
+			to, n = r.DurationS, n-1
+		}
+		p := Point{T: to}
+		if s != nil && to > from {
+			width := to - from
+			p.OpsPerSec, p.AckedPerSec, p.DeliveriesPerSec = float64(s.ops)/width, float64(s.acked)/width, float64(s.delivered)/width
+			lp, dp := percentiles(s.lat), percentiles(s.dlat)
+			p.P50, p.P99, p.Max, p.DeliveryP99 = lp.P50, lp.P99, lp.Max, dp.P99
+		}
+		r.Timeline = append(r.Timeline, p)
+	}
+}
+
+// foldSlots returns a slot holding both a and b (either may be nil).
+func foldSlots(a, b *mergedSlot) *mergedSlot {
+	out := &mergedSlot{lat: newHist(2), dlat: newHist(2)}
+	for _, s := range []*mergedSlot{a, b} {
+		if s == nil {
+			continue
+		}
+		out.ops += s.ops
+		out.acked += s.acked
+		out.delivered += s.delivered
+		out.lat.Merge(s.lat)
+		out.dlat.Merge(s.dlat)
+	}
+	return out
+}
+
+func percentiles(h *hdrhistogram.Histogram) Percentiles {
+	if h == nil || h.TotalCount() == 0 {
+		return Percentiles{}
+	}
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	return Percentiles{
+		Count: h.TotalCount(), Mean: h.Mean() / 1000,
+		P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)), P99: ms(h.ValueAtQuantile(99)),
+		P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max()),
+	}
+}
+
+// publish completes the report with the verdict and writes it out: the table on stdout, and
+// the JSON and HTML files asked for.
+func (c *coord) publish(r *Report) error {
+	r.Violations, r.ViolationsByKind, r.ViolationSamples = c.v.Summary()
+	if r.ViolationSamples == nil {
+		r.ViolationSamples = []Violation{}
+	}
+	if r.DurationS > 0 {
+		r.ClientCPUPct = 100 * r.ClientCPUSeconds / r.DurationS
+	}
+	writeTable(c.stdout, r)
+	if c.cfg.JSONPath != "" {
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.cfg.JSONPath, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if c.cfg.ReportPath != "" {
+		if err := os.WriteFile(c.cfg.ReportPath, []byte(renderHTML(r)), 0o644); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
+	return nil
+}
+
+func fmtLat(p Percentiles) string {
+	if p.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (n=%d)",
+		fmtMS(p.P50), fmtMS(p.P90), fmtMS(p.P99), fmtMS(p.P999), fmtMS(p.Max), p.Count)
+}
+
+func fmtMS(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func fmtCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeTable prints the final table.
+func writeTable(w io.Writer, r *Report) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...) }
+	cfg, _ := json.Marshal(r.Config)
+	row("scenario", "%s  %s", r.Scenario, cfg)
+	row("server", "%s", r.Server)
+	row("load time", "%.2f s", r.DurationS)
+	row("operations", "%d  (%.0f/s)  %s", r.Ops, r.OpsPerSec, r.Op)
+	row("acked", "%d  (%.0f/s)", r.Acked, r.AckedPerSec)
+	row("deliveries", "%d  (%.0f/s)  expected %d, echoes %d", r.Deliveries, r.DeliveriesPerSec, r.ExpectedDeliveries, r.Echoes)
+	row("latency ms", "%s  [%s]", fmtLat(r.Latency), r.Op)
+	row("delivery ms", "%s  [send -> receive]", fmtLat(r.DeliveryLatency))
+	row("errors", "%s", fmtCounts(r.Errors))
+	row("violations", "%d  %s", r.Violations, fmtCounts(r.ViolationsByKind))
+	row("server", "cpu %.0f%% (%.1f s)  rss peak %s (start %s)", r.ServerCPUPct, r.ServerCPUSeconds, fmtBytes(r.ServerRSSBytes), fmtBytes(r.ServerRSSStartBytes))
+	row("client", "cpu %.0f%% (%.1f s)  max rss %s  procs %d", r.ClientCPUPct, r.ClientCPUSeconds, fmtBytes(float64(r.ClientMaxRSSBytes)), r.Config.Procs)
+	if len(r.Counts) > 0 {
+		row("counts", "%s", fmtCounts(r.Counts))
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Extra)) {
+		v := r.Extra[k]
+		switch {
+		case strings.HasSuffix(k, "_bytes"):
+			row(k, "%s", fmtBytes(v))
+		case v == float64(int64(v)):
+			row(k, "%d", int64(v))
+		default:
+			row(k, "%.3f", v)
+		}
+	}
+	tw.Flush()
+	for _, v := range r.ViolationSamples {
+		fmt.Fprintf(w, "  violation: %s\n", v)
+	}
+}

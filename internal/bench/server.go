@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"syscall"
+	"time"
+)
+
+// localServer is a `parley serve` started by the bench as a child process, so that its CPU
+// and memory are its own and not the load generator's.
+type localServer struct {
+	URL    string
+	Secret string
+	cmd    *exec.Cmd
+	dir    string
+	exited chan struct{}
+}
+
+var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startServer runs argv (the parley binary and "serve") on 127.0.0.1:0 in a new temporary
+// data directory with rate limits off, plus extra flags, and waits for its "listening on"
+// line. stderr receives the server's log (warnings and errors only).
+func startServer(ctx context.Context, argv, extra []string, stderr io.Writer) (*localServer, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no --server given and no server command to start one")
+	}
+	dir, err := os.MkdirTemp("", "parley-bench-")
+	if err != nil {
+		return nil, err
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	s := &localServer{Secret: hex.EncodeToString(b[:]), dir: dir, exited: make(chan struct{})}
+	args := append(append([]string{}, argv[1:]...),
+		"--addr", "127.0.0.1:0", "--data", dir, "--admin-secret", s.Secret,
+		"--send-rate", "0", "--request-rate", "0", "--log-level", "warn")
+	args = append(args, extra...)
+	s.cmd = exec.Command(argv[0], args...)
+	// The child must not inherit PARLEY_* settings meant for the bench (PARLEY_DURATION...)
+	// that serve would refuse; it gets only what it needs.
+	s.cmd.Env = filterEnv(os.Environ())
+	s.cmd.Stderr = stderr
+	detach(s.cmd)
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				found <- m[1]
+				sent = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
+	select {
+	case s.URL = <-found:
+		return s, nil
+	case <-s.exited:
+		s.Stop()
+		return nil, fmt.Errorf("server exited before listening: %v", s.cmd.ProcessState)
+	case <-time.After(30 * time.Second):
+		s.Stop()
+		return nil, errors.New("server did not print its address within 30s")
+	case <-ctx.Done():
+		s.Stop()
+		return nil, ctx.Err()
+	}
+}
+
+// Stop terminates the server (SIGTERM, then SIGKILL after 10 s) and removes its data.
+func (s *localServer) Stop() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	}
+	os.RemoveAll(s.dir)
+}
+
+// filterEnv drops PARLEY_* variables, which the bench and serve would read differently.
+func filterEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if len(kv) >= 7 && kv[:7] == "PARLEY_" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
