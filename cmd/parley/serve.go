@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/parleychat/parley/internal/chat"
@@ -16,6 +19,7 @@ import (
 // serveConfig is everything `parley serve` is configured with.
 type serveConfig struct {
 	Addr      string
+	DebugAddr string
 	LogLevel  string
 	LogFormat string
 	Node      server.Config
@@ -29,6 +33,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	n := &c.Node
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this address (keep it private)")
 	fs.StringVar(&n.Data, "data", n.Data, "data directory of the embedded store (created if missing)")
 	fs.StringVar(&n.AdminSecret, "admin-secret", "", "operator bearer secret; generated into the data directory when empty")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: survives a process crash but may lose the last acked messages on power loss")
@@ -75,6 +80,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if srv.SecretCreated {
 		fmt.Fprintf(stdout, "generated admin secret (kept in %s): %s\n", cfg.Node.Data, srv.AdminSecret)
 	}
+	if cfg.DebugAddr != "" {
+		go serveDebug(cfg.DebugAddr, cfg.Node.Logger)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "parley %s listening on http://%s (data %s)\n", version, ln.Addr(), cfg.Node.Data)
@@ -110,4 +118,18 @@ func openData(ctx context.Context, dir string) (*chat.Service, func(), error) {
 	}
 	svc := chat.New(chat.Options{Store: st, Signer: signer, Config: chat.DefaultConfig()})
 	return svc, func() { st.Close() }, nil
+}
+
+// serveDebug serves the pprof profiles on their own address, never on the public one.
+func serveDebug(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("debug server", "addr", addr)
+	if err := srv.ListenAndServe(); err != nil {
+		log.Warn("debug server stopped", "err", err)
+	}
 }

@@ -67,7 +67,7 @@ func statementSQL() [numStmts]string {
 		stUser:              `SELECT ` + userCols + ` FROM users WHERE id = ?`,
 		stConversation:      `SELECT ` + convCols + ` FROM conversations WHERE id = ?`,
 		stMember:            `SELECT ` + memberCols + ` FROM members WHERE conv_id = ? AND user_id = ?`,
-		stMembers:           `SELECT ` + memberCols + ` FROM members WHERE conv_id = ? ORDER BY ordinal, user_id`,
+		stMembers:           `SELECT ` + memberCols + ` FROM members WHERE conv_id = ?`,
 		stMemberships:       membershipsSQL,
 		stMessage:           `SELECT ` + msgCols + ` FROM messages WHERE conv_id = ? AND seq = ?`,
 		stMessageByClientID: `SELECT ` + msgCols + ` FROM messages WHERE sender_id = ? AND client_msg_id = ?`,

@@ -177,9 +177,14 @@ func dsn(path string, opts Options, readOnly bool) string {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+level+")")
+	// Savepoint sub-journals and sorts stay in memory: on disk, every page a request
+	// changes inside its savepoint cost a write system call.
+	q.Add("_pragma", "temp_store(MEMORY)")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
+		q.Add("_pragma", "cache_size(-16384)") // 16 MiB per reader
 	} else {
+		q.Add("_pragma", "cache_size(-65536)") // 64 MiB for the writer
 		// Truncate the log back to 64 MiB after a checkpoint rather than keep its peak size.
 		q.Add("_pragma", "journal_size_limit(67108864)")
 	}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -104,6 +105,11 @@ func (t readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	if err != nil {
 		return nil, t.q.fail(err, "members of conversation %q", convID)
 	}
+	// Sorted here rather than by ORDER BY, which would make SQLite build a temporary
+	// b-tree on every send.
+	slices.SortFunc(ms, func(a, b store.Member) int {
+		return cmp.Or(cmp.Compare(a.Ordinal, b.Ordinal), cmp.Compare(a.UserID, b.UserID))
+	})
 	return ms, nil
 }
 
