@@ -14,9 +14,9 @@ type Config struct {
 	// IdleTimeout closes a WebSocket from which nothing (frame or pong) arrived for this
 	// long. It must exceed HeartbeatInterval. Default 75 s.
 	IdleTimeout time.Duration
-	// SendQueue is the number of outbound frames a WebSocket may have pending (replies and
-	// pushes each get a queue this long; the hub subscription buffers as many events). A
-	// client that lets its queue fill is disconnected. Default 256.
+	// SendQueue is the number of pushed events a WebSocket may have pending (the push queue
+	// and the hub subscription each hold this many; replies have a queue of their own). A
+	// client that lets them fill is disconnected. Default 256.
 	SendQueue int
 	// WriteTimeout bounds one WebSocket write; a client that does not read for this long is
 	// disconnected. Default 10 s.

@@ -28,6 +28,11 @@ const (
 // closeGrace bounds the close handshake: the wait for the client's close frame.
 const closeGrace = time.Second
 
+// replyQueue is how many replies a connection may have unwritten. The reader handles one
+// frame at a time, so replies queue only while the writer is blocked on a client that does
+// not read; past this many, the client is disconnected.
+const replyQueue = 32
+
 // newUpgrader returns the gorilla/websocket upgrader. gorilla/websocket is used because it
 // is mature and widely deployed, has client and server in one package (the Go client SDK
 // uses the same library), and offers what the connection loop needs: read limits, deadlines,
@@ -95,7 +100,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		me:         me,
 		key:        deviceKey{me.UserID, me.DeviceID},
 		ctx:        ctx,
-		replies:    make(chan []byte, g.cfg.SendQueue),
+		replies:    make(chan []byte, replyQueue),
 		pushes:     make(chan []byte, g.cfg.SendQueue),
 		done:       make(chan struct{}),
 		readerDone: make(chan struct{}),
@@ -415,7 +420,7 @@ func (c *wsConn) pushLoop(sub *hub.Subscription, cursor *int64, last int64) {
 		case <-c.done:
 			return
 		case ev := <-sub.Events():
-			if !c.deliver(sub, ev, &last) {
+			if !c.deliver(sub, *ev, &last) {
 				return
 			}
 		case <-sub.Done():

@@ -36,7 +36,7 @@ func New() *Hub {
 type Subscription struct {
 	hub    *Hub
 	userID string
-	ch     chan protocol.SyncEvent
+	ch     chan *protocol.SyncEvent
 	done   chan struct{}
 
 	mu  sync.Mutex // guards err; done is closed exactly once, when err is set
@@ -48,7 +48,7 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 	if buffer < 1 {
 		buffer = 1
 	}
-	s := &Subscription{hub: h, userID: userID, ch: make(chan protocol.SyncEvent, buffer), done: make(chan struct{})}
+	s := &Subscription{hub: h, userID: userID, ch: make(chan *protocol.SyncEvent, buffer), done: make(chan struct{})}
 	h.mu.Lock()
 	m := h.subs[userID]
 	if m == nil {
@@ -61,7 +61,9 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 }
 
 // Publish hands events (one user's, ascending by cursor) to every subscription of userID.
-// It never blocks: a subscription without room is ended with ErrOverflow.
+// It never blocks: a subscription without room is ended with ErrOverflow. Subscribers
+// receive pointers into events, shared among them: neither they nor the caller may modify
+// the events afterwards. (Pointers keep an idle subscription's buffer small: 8 bytes a slot.)
 func (h *Hub) Publish(userID string, events []protocol.SyncEvent) {
 	if len(events) == 0 {
 		return
@@ -69,9 +71,9 @@ func (h *Hub) Publish(userID string, events []protocol.SyncEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs[userID] {
-		for _, ev := range events {
+		for i := range events {
 			select {
-			case s.ch <- ev:
+			case s.ch <- &events[i]:
 			default:
 				h.endLocked(s, ErrOverflow)
 			}
@@ -116,7 +118,7 @@ func (h *Hub) endLocked(s *Subscription, err error) {
 }
 
 // Events delivers the published events in publish order.
-func (s *Subscription) Events() <-chan protocol.SyncEvent { return s.ch }
+func (s *Subscription) Events() <-chan *protocol.SyncEvent { return s.ch }
 
 // Done is closed when the subscription ends; Err then says why. Events already buffered
 // stay readable from Events.
