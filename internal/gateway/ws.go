@@ -43,6 +43,7 @@ const replyQueue = 32
 func newUpgrader(g *Gateway) websocket.Upgrader {
 	return websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   1024,         // frames larger than this are read through it in pieces
 		WriteBufferPool:  &sync.Pool{}, // idle connections hold no write buffer
 		CheckOrigin:      func(*http.Request) bool { return true },
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
@@ -101,7 +102,6 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		key:        deviceKey{me.UserID, me.DeviceID},
 		ctx:        ctx,
 		replies:    make(chan []byte, replyQueue),
-		pushes:     make(chan []byte, g.cfg.SendQueue),
 		done:       make(chan struct{}),
 		readerDone: make(chan struct{}),
 	}
@@ -149,14 +149,14 @@ func (g *Gateway) unregister(c *wsConn) {
 	}
 }
 
-// wsConn is one WebSocket connection. Three goroutines serve it: the reader (decodes frames
-// and calls the service, in order), the writer (the only one writing data frames), and the
-// pusher (turns the hub subscription into gapless event pushes). Outbound frames go through
-// two bounded queues: replies, which the reader never waits on (a full queue means the
-// client does not read: it is disconnected), and pushes, which the pusher waits on (its own
-// backlog then builds in the hub subscription, whose overflow disconnects the client).
-// Control frames (ping, and gorilla's pong and close answers) use WriteControl, which is safe
-// beside the writer.
+// wsConn is one WebSocket connection. Two goroutines serve it: the reader (decodes frames
+// and calls the service, in order) and the writer (the only one writing data frames: replies,
+// and the hub subscription turned into gapless event pushes). Replies reach the writer
+// through a bounded queue that the reader never waits on (a full queue means the client does
+// not read: it is disconnected); pushes come straight from the hub subscription, whose
+// overflow also disconnects the client. Two goroutines rather than three (a separate pusher)
+// keep an idle connection small. Control frames (ping, and gorilla's pong and close answers)
+// use WriteControl, which is safe beside the writer.
 type wsConn struct {
 	g   *Gateway
 	ws  *websocket.Conn
@@ -165,7 +165,6 @@ type wsConn struct {
 	ctx context.Context // for service calls; cancelled once the connection has ended
 
 	replies chan []byte
-	pushes  chan []byte
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close: the connection is ending
@@ -195,21 +194,16 @@ func (c *wsConn) closing() bool {
 	}
 }
 
-// run serves the connection until all three goroutines end. With a cursor the pusher first
-// catches up from it; without one it starts after last.
+// run serves the connection until both goroutines end. With a cursor the writer first
+// catches up from it; without one it pushes what commits after last.
 func (c *wsConn) run(sub *hub.Subscription, cursor *int64, last int64) {
-	var wg sync.WaitGroup
-	wg.Add(2)
+	writerDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		c.writeLoop()
-	}()
-	go func() {
-		defer wg.Done()
-		c.pushLoop(sub, cursor, last)
+		defer close(writerDone)
+		c.writeLoop(sub, cursor, last)
 	}()
 	c.readLoop()
-	wg.Wait()
+	<-writerDone
 }
 
 // guard recovers a panic in one of the connection's goroutines: it is logged and the
@@ -352,9 +346,15 @@ func (c *wsConn) dispatch(op string, data []byte) (any, error) {
 
 // ---- writer ----
 
-func (c *wsConn) writeLoop() {
+func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
 	defer c.finish() // runs after guard has recorded a panic and closed done
 	defer c.guard("writer")
+	if cursor != nil {
+		last = *cursor
+		if !c.catchUp(sub, &last) {
+			return
+		}
+	}
 	ping := time.NewTicker(c.g.cfg.HeartbeatInterval)
 	defer ping.Stop()
 	for {
@@ -364,10 +364,13 @@ func (c *wsConn) writeLoop() {
 			return
 		case b := <-c.replies:
 			err = c.write(b)
-		case b := <-c.pushes:
-			if err = c.write(b); err == nil {
-				c.g.met.EventsPushed(1)
+		case ev := <-sub.Events():
+			if !c.deliver(sub, *ev, &last) {
+				return
 			}
+		case <-sub.Done():
+			c.subscriptionEnded(sub.Err())
+			return
 		case <-ping.C:
 			err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.g.cfg.WriteTimeout))
 		}
@@ -402,33 +405,7 @@ func (c *wsConn) finish() {
 	_ = c.ws.Close()
 }
 
-// ---- pusher ----
-
-// pushLoop pushes the user's events in cursor order with no gap and no repeat: first the
-// catch-up after cursor (or nothing up to last), then live hub events, filling any gap
-// between them from the durable log.
-func (c *wsConn) pushLoop(sub *hub.Subscription, cursor *int64, last int64) {
-	defer c.guard("pusher")
-	if cursor != nil {
-		last = *cursor
-		if !c.catchUp(sub, &last) {
-			return
-		}
-	}
-	for {
-		select {
-		case <-c.done:
-			return
-		case ev := <-sub.Events():
-			if !c.deliver(sub, *ev, &last) {
-				return
-			}
-		case <-sub.Done():
-			c.subscriptionEnded(sub.Err())
-			return
-		}
-	}
-}
+// ---- pushes ----
 
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
@@ -500,7 +477,8 @@ func drain(sub *hub.Subscription) int64 {
 	}
 }
 
-// push queues one event, waiting for room.
+// push writes one event, after any replies already queued (so that a long catch-up does
+// not hold them back until the reply queue overflows).
 func (c *wsConn) push(ev *protocol.SyncEvent) bool {
 	b, err := encodeEventPush(ev)
 	if err != nil {
@@ -508,12 +486,23 @@ func (c *wsConn) push(ev *protocol.SyncEvent) bool {
 		c.close(websocket.CloseInternalServerErr, "internal error", nil)
 		return false
 	}
-	select {
-	case c.pushes <- b:
-		return true
-	case <-c.done:
+	for queued := true; queued && err == nil; {
+		select {
+		case r := <-c.replies:
+			err = c.write(r)
+		default:
+			queued = false
+		}
+	}
+	if err == nil {
+		err = c.write(b)
+	}
+	if err != nil || c.closing() {
+		c.close(CloseTooSlow, "write failed", nil)
 		return false
 	}
+	c.g.met.EventsPushed(1)
+	return true
 }
 
 // fail sends {"op":"error","code","error"} for err and closes: 410 (cursor older than the
