@@ -79,37 +79,50 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
-	defer g.wg.Done()
 	sub := g.svc.Hub().Subscribe(me.UserID, g.cfg.SendQueue)
-	defer sub.Close()
 	var last int64
 	if _, err = g.svc.Authenticate(r.Context(), tok); err == nil && cursor == nil {
 		last, err = g.svc.LatestCursor(r.Context(), me.UserID)
 	}
 	if err != nil {
+		sub.Close()
+		g.wg.Done()
 		g.writeError(w, r, err)
 		return
 	}
 	ws, err := g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		sub.Close()
+		g.wg.Done()
 		return // the upgrader has answered
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	c := &wsConn{
 		g:          g,
 		ws:         ws,
 		me:         me,
 		key:        deviceKey{me.UserID, me.DeviceID},
-		ctx:        ctx,
 		replies:    make(chan []byte, replyQueue),
 		done:       make(chan struct{}),
 		readerDone: make(chan struct{}),
 	}
+	// The connection is served on fresh goroutines and this handler returns: its goroutine
+	// has a stack grown by the HTTP and store calls above, which an idle connection would
+	// otherwise keep.
+	go c.serve(sub, cursor, last)
+}
+
+// serve runs the connection until it ends, then releases what serveWS reserved.
+func (c *wsConn) serve(sub *hub.Subscription, cursor *int64, last int64) {
+	g := c.g
+	defer g.wg.Done()
+	defer sub.Close()
+	var cancel context.CancelFunc
+	c.ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
 	g.met.ConnectionOpened()
 	defer g.met.ConnectionClosed()
 	g.register(c)
 	defer g.unregister(c)
-	defer cancel()
 	c.run(sub, cursor, last)
 }
 
