@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/parleychat/parley/internal/protocol"
 )
@@ -57,9 +58,35 @@ func encodeErrorReply(id string, code int, msg string, retryAfter int) []byte {
 	return b
 }
 
-// encodeEventPush returns {"op":"event","event":ev}.
+// encodeEventPush returns {"op":"event","event":ev}, the same bytes json.Marshal of a
+// protocol.PushFrame gives. It is written by hand because it runs once per recipient of
+// every message: json.Marshal would re-validate and compact the payload, which the server
+// encoded itself, each time.
 func encodeEventPush(ev *protocol.SyncEvent) ([]byte, error) {
-	return json.Marshal(protocol.PushFrame{Op: protocol.OpEvent, Event: ev})
+	data := ev.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	typ, err := json.Marshal(ev.Type)
+	if err != nil {
+		return nil, err
+	}
+	conv, err := json.Marshal(ev.ConvID)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 80+len(typ)+len(conv)+len(data))
+	b = append(b, `{"op":"event","event":{"cursor":`...)
+	b = strconv.AppendInt(b, ev.Cursor, 10)
+	b = append(b, `,"type":`...)
+	b = append(b, typ...)
+	b = append(b, `,"conv_id":`...)
+	b = append(b, conv...)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, ev.TS, 10)
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	return append(b, "}}"...), nil
 }
 
 // encodeErrorPush returns {"op":"error","code":code,"error":msg}, sent before a close.

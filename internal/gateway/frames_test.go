@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/parleychat/parley/internal/protocol"
@@ -141,6 +143,29 @@ func BenchmarkEncodeAckReply(b *testing.B) {
 	for b.Loop() {
 		if _, err := encodeReply("42", ack); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestEncodeEventPushMatchesMarshal holds the hand-written encoder to json.Marshal: the same
+// JSON value (json.Marshal also HTML-escapes inside the payload; both forms are valid).
+func TestEncodeEventPushMatchesMarshal(t *testing.T) {
+	for _, ev := range []protocol.SyncEvent{
+		{Cursor: 1, Type: protocol.EventMessage, ConvID: "d_x", TS: 5, Data: json.RawMessage(`{"seq":1,"content":"<b>&</b>"}`)},
+		{Cursor: 1 << 52, Type: protocol.EventConvDeleted, ConvID: "g_y", TS: 0, Data: json.RawMessage(`{"cleared_seq":3}`)},
+		{Cursor: 2, Type: protocol.EventRecall, ConvID: "c", TS: -1},
+	} {
+		want, err := json.Marshal(protocol.PushFrame{Op: protocol.OpEvent, Event: &ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeEventPush(&ev)
+		var g, w any
+		if err == nil {
+			err = errors.Join(json.Unmarshal(got, &g), json.Unmarshal(want, &w))
+		}
+		if err != nil || !reflect.DeepEqual(g, w) {
+			t.Fatalf("encodeEventPush = %s, %v\njson.Marshal   = %s", got, err, want)
 		}
 	}
 }
