@@ -86,6 +86,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           s.Gateway,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // idle keep-alive connections hold file descriptors
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	bg, stop := context.WithCancel(context.Background())
