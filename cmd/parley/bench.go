@@ -18,6 +18,10 @@ import (
 // a load worker (--procs > 1): it reads its job on stdin and answers on stdout.
 const benchWorker = "_worker"
 
+// benchEcho is the hidden scenario name under which `parley bench echo` (and --baseline)
+// starts the WebSocket echo server it measures, as a child process like `parley serve`.
+const benchEcho = "_echo-server"
+
 const benchUsage = `usage: parley bench <scenario> [flags]
 
 scenarios:
@@ -28,11 +32,18 @@ scenarios:
               snapshot catch-up time and bytes
   idle        --conns WebSockets held with heartbeats; server memory per connection
   mixed       --users acting at --rate actions/s: sends, reads, syncs, history, reconnects
+  echo        the baseline: --senders WebSockets to a bare echo server (no Parley), each
+              sending direct's frame of --size content bytes and waiting for it to return
 
 Without --server the bench starts its own 'parley serve' (rate limits off) in a temporary
 directory and stops it at the end. Every run verifies deliveries, cursors and read positions;
 any violation makes the exit status 1. 'parley bench <scenario> --help' lists the flags with
 the scenario's defaults.
+
+--runs N runs the scenario N times back to back (each on a fresh server unless --server is
+given) and reports median, min and max of every headline figure; --json then holds the
+medians at the top level and each run under "runs". --baseline (direct, group) also runs
+echo with the same senders, size, procs, duration and runs, and reports the ratio.
 `
 
 // benchCmd is `parley bench <scenario> [flags]`.
@@ -48,6 +59,14 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		// Ctrl-C reaches the whole process group; the coordinator decides when to stop.
 		signal.Ignore(os.Interrupt)
 		return bench.Work(context.WithoutCancel(ctx), os.Stdin, stdout, nil)
+	}
+	if args[0] == benchEcho {
+		fs := newFlagSet("bench "+benchEcho, stderr)
+		addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.EchoServer(ctx, *addr, stdout) // until SIGTERM
 	}
 	scenario := args[0]
 	if !slices.Contains(bench.Scenarios, scenario) {
@@ -65,6 +84,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	opts := bench.Options{
 		ServerArgv: []string{exe, "serve"},
 		WorkerArgv: []string{exe, "bench", benchWorker},
+		EchoArgv:   []string{exe, "bench", benchEcho},
 		Stdout:     stdout,
 		Stderr:     stderr,
 		Terminal:   isTerminal(stderr),
@@ -77,12 +97,19 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 func parseBench(scenario string, args []string, getenv func(string) string, stderr io.Writer) (bench.Config, error) {
 	c := bench.DefaultConfig(scenario)
 	fs := newFlagSet("bench "+scenario, stderr)
-	fs.StringVar(&c.Server, "server", "", "base URL of a running server (default: start one)")
-	fs.StringVar(&c.AdminSecret, "admin-secret", "", "admin secret of --server")
-	serverArgs := fs.String("server-args", "", "extra flags for the server the bench starts, space-separated (e.g. \"--relaxed-durability\")")
-	fs.IntVar(&c.Procs, "procs", c.Procs, "load processes: 1 runs the load in this process, N > 1 in N worker processes")
 	// Each scenario gets the flags it uses, with its own defaults.
 	in := func(scenarios ...string) bool { return slices.Contains(scenarios, scenario) }
+	serverArgs := new(string)
+	if !in("echo") {
+		fs.StringVar(&c.Server, "server", "", "base URL of a running server (default: start one)")
+		fs.StringVar(&c.AdminSecret, "admin-secret", "", "admin secret of --server")
+		fs.StringVar(serverArgs, "server-args", "", "extra flags for the server the bench starts, space-separated (e.g. \"--relaxed-durability\")")
+	}
+	fs.IntVar(&c.Procs, "procs", c.Procs, "load processes: 1 runs the load in this process, N > 1 in N worker processes")
+	fs.IntVar(&c.Runs, "runs", c.Runs, "run the scenario N times back to back (a fresh server each time unless --server) and report medians")
+	if in("direct", "group") {
+		fs.BoolVar(&c.Baseline, "baseline", false, "also run echo (bare WebSocket) with the same senders, size, procs, duration and runs, and report the ratio")
+	}
 	if in("direct") {
 		fs.IntVar(&c.Pairs, "pairs", c.Pairs, "sender/receiver pairs, each in a direct conversation")
 	}
@@ -92,6 +119,9 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	}
 	if in("group") {
 		fs.IntVar(&c.Senders, "senders", c.Senders, "members sending (they are online)")
+	}
+	if in("echo") {
+		fs.IntVar(&c.Senders, "senders", c.Senders, "WebSocket connections, each sending (as direct's pairs)")
 	}
 	if in("mixed") {
 		fs.IntVar(&c.Users, "users", c.Users, "users, in clusters of 10 sharing a group and direct pairs")
@@ -105,7 +135,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		fs.IntVar(&c.Conns, "conns", c.Conns, "WebSocket connections to open and hold")
 		fs.DurationVar(&c.Heartbeat, "heartbeat", c.Heartbeat, "client ping interval")
 	}
-	if in("direct", "group", "mixed") {
+	if in("direct", "group", "mixed", "echo") {
 		usage := "total sends/s in open loop (0: closed loop, each sender waits for its ack)"
 		if in("mixed") {
 			usage = "actions/s of all users together"
@@ -133,7 +163,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		}
 		fs.DurationVar(&c.Duration, "duration", c.Duration, usage)
 	}
-	if in("direct", "group", "read-storm", "mixed") {
+	if in("direct", "group", "read-storm", "mixed", "echo") {
 		fs.IntVar(&c.Size, "size", c.Size, "content bytes per message")
 	}
 	fs.StringVar(&c.JSONPath, "json", "", "write every figure to this JSON file")

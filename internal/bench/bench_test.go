@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,9 +22,20 @@ import (
 // stdin and stdout to Work instead of running the tests.
 const workerEnv = "PARLEY_BENCH_TEST_WORKER"
 
+// echoEnv makes the test binary act as the echo scenario's server until SIGTERM.
+const echoEnv = "PARLEY_BENCH_TEST_ECHO"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		if err := Work(context.Background(), os.Stdin, os.Stdout, nil); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(echoEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		if err := EchoServer(ctx, "", os.Stdout); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -39,13 +52,18 @@ func startNode(t *testing.T) *parleytest.Server {
 	})
 }
 
-// runBench runs cfg against srv and returns the report and the run's error; the JSON and
-// HTML outputs are written into a temporary directory and checked for shape.
+// runBench runs cfg against srv (nil for echo, which starts its own server) and returns the
+// report and the run's error; the JSON and HTML outputs are written into a temporary
+// directory and checked for shape.
 func runBench(t *testing.T, srv *parleytest.Server, cfg Config, hooks *Hooks) (*Report, error) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg.Server, cfg.AdminSecret = srv.URL, srv.AdminSecret
-	cfg.JSONPath = filepath.Join(dir, "report.json")
+	if srv != nil {
+		cfg.Server, cfg.AdminSecret = srv.URL, srv.AdminSecret
+	}
+	if cfg.JSONPath == "" {
+		cfg.JSONPath = filepath.Join(dir, "report.json")
+	}
 	cfg.ReportPath = filepath.Join(dir, "report.html")
 	cfg.DrainTimeout = min(cfg.DrainTimeout, 10*time.Second)
 	var out, errOut bytes.Buffer
@@ -53,6 +71,8 @@ func runBench(t *testing.T, srv *parleytest.Server, cfg Config, hooks *Hooks) (*
 		Stdout: &out, Stderr: &errOut, Hooks: hooks,
 		WorkerArgv: []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:  []string{workerEnv + "=1"},
+		EchoArgv:   []string{os.Args[0], "-test.run=^$"},
+		EchoEnv:    []string{echoEnv + "=1"},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -10,8 +10,9 @@ import (
 	"github.com/parleychat/parley/client"
 )
 
-// Scenarios, in the order the usage lists them.
-var Scenarios = []string{"direct", "group", "read-storm", "reconnect", "idle", "mixed"}
+// Scenarios, in the order the usage lists them. echo is not Parley: it is the bare
+// WebSocket transport of this machine, the baseline the others are compared with.
+var Scenarios = []string{"direct", "group", "read-storm", "reconnect", "idle", "mixed", "echo"}
 
 // fdBudget is how many WebSockets one process opens at most in the idle scenario: the
 // machines this runs on allow 20,000 open files per process, and a process needs a few
@@ -31,7 +32,7 @@ type Config struct {
 	Pairs    int           // direct: sender/receiver pairs
 	Members  int           // group, read-storm: group size
 	Online   int           // group, read-storm: members connected over WebSocket
-	Senders  int           // group: members sending
+	Senders  int           // group: members sending; echo: connections sending
 	Users    int           // mixed: users (in clusters of 10 with a group and direct pairs)
 	Devices  int           // reconnect: devices of the one user
 	Convs    int           // reconnect: conversations the messages arrive in
@@ -46,6 +47,13 @@ type Config struct {
 	Heartbeat    time.Duration // idle: client ping interval
 	DrainTimeout time.Duration // how long receivers may take to catch up after the load
 
+	// Runs is how many times the scenario runs back to back (each against a fresh server
+	// when the bench starts its own); the figures reported are the medians over the runs.
+	Runs int
+	// Baseline (direct, group) also runs echo with the same senders, size, procs, duration,
+	// messages, rate and runs, interleaved with the scenario's runs, and reports the ratios.
+	Baseline bool
+
 	JSONPath   string // write every figure as JSON here
 	ReportPath string // write an HTML report with charts here
 }
@@ -53,7 +61,7 @@ type Config struct {
 // DefaultConfig returns the defaults of scenario.
 func DefaultConfig(scenario string) Config {
 	c := Config{
-		Scenario: scenario, Procs: 1, Duration: 10 * time.Second, Size: 64,
+		Scenario: scenario, Procs: 1, Runs: 1, Duration: 10 * time.Second, Size: 64,
 		Heartbeat: 25 * time.Second, DrainTimeout: 15 * time.Second,
 	}
 	switch scenario {
@@ -69,6 +77,8 @@ func DefaultConfig(scenario string) Config {
 		c.Conns = 1000
 	case "mixed":
 		c.Users, c.Rate, c.Duration = 100, 200, 60*time.Second
+	case "echo":
+		c.Senders = 100 // as direct's pairs
 	}
 	return c
 }
@@ -84,6 +94,8 @@ func (c Config) Validate() error {
 	check(slices.Contains(Scenarios, c.Scenario), "unknown scenario %q (one of %v)", c.Scenario, Scenarios)
 	check(c.Server == "" || c.AdminSecret != "", "--admin-secret is required with --server")
 	check(c.Procs >= 1, "--procs must be at least 1")
+	check(c.Runs >= 1, "--runs must be at least 1")
+	check(!c.Baseline || c.Scenario == "direct" || c.Scenario == "group", "--baseline is for direct and group")
 	check(c.Messages >= 0 && c.Duration >= 0 && c.Rate >= 0 && c.Size >= 0, "sizes must not be negative")
 	check(c.Messages > 0 || c.Duration > 0 || c.Scenario == "reconnect", "give --duration or --messages")
 	switch c.Scenario {
@@ -106,6 +118,9 @@ func (c Config) Validate() error {
 	case "mixed":
 		check(c.Users >= 2, "--users must be at least 2")
 		check(c.Rate > 0, "--rate must be positive for mixed")
+	case "echo":
+		check(c.Senders >= 1, "--senders must be at least 1")
+		check(c.Server == "", "echo starts its own echo server; --server does not apply")
 	}
 	return errors.Join(errs...)
 }
@@ -126,6 +141,10 @@ type Options struct {
 	// worker command. WorkerEnv is added to its environment.
 	WorkerArgv []string
 	WorkerEnv  []string
+	// EchoArgv starts the echo scenario's WebSocket echo server (see EchoServer): the parley
+	// binary and the hidden echo-server command. EchoEnv is added to its environment.
+	EchoArgv []string
+	EchoEnv  []string
 	// Stdout receives the final table; Stderr progress and notes. Nil discards.
 	Stdout, Stderr io.Writer
 	// Terminal makes the progress line redraw in place (\r) instead of printing lines.

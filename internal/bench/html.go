@@ -71,6 +71,7 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 		cell(k, fmt.Sprintf("%.4g", r.Extra[k]))
 	}
 	b.WriteString("</table>\n")
+	writeRunsHTML(&b, r)
 
 	if len(xs) > 0 {
 		b.WriteString("<h2>Throughput over time (per second)</h2>\n")
@@ -102,6 +103,37 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 	raw, _ := json.MarshalIndent(r, "", "  ")
 	b.WriteString("<h2>All figures (JSON)</h2><pre>" + html.EscapeString(string(raw)) + "</pre>\n</body></html>\n")
 	return b.String()
+}
+
+// writeRunsHTML adds the spread over the runs (--runs) and the comparison with echo
+// (--baseline) to the page.
+func writeRunsHTML(b *strings.Builder, r *Report) {
+	spreadTable := func(title string, a *Report) {
+		if len(a.Runs) < 2 {
+			return
+		}
+		fmt.Fprintf(b, "<h2>%s: %d runs (charts: run %d, the median one)</h2>\n<table><tr><td></td><td>median</td><td>min</td><td>max</td><td>per run</td></tr>", html.EscapeString(title), len(a.Runs), a.MedianRun)
+		for _, f := range figures(a.Runs) {
+			xs := f.values(a.Runs)
+			s := spreadOf(xs)
+			per := make([]string, len(xs))
+			for i, x := range xs {
+				per[i] = fmtValue(f.unit, x)
+			}
+			fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>", html.EscapeString(f.label),
+				html.EscapeString(fmtValue(f.unit, s.Median)), html.EscapeString(fmtValue(f.unit, s.Min)), html.EscapeString(fmtValue(f.unit, s.Max)), html.EscapeString(strings.Join(per, "  ")))
+		}
+		b.WriteString("</table>\n")
+	}
+	spreadTable(r.Scenario, r)
+	if e := r.Baseline; e != nil {
+		fmt.Fprintf(b, "<h2>Baseline: echo (bare WebSocket round trips on this machine)</h2>\n<table>")
+		fmt.Fprintf(b, "<tr><td>throughput</td><td>%s %.0f acked/s, echo %.0f round trips/s: ratio %.3f</td></tr>", html.EscapeString(r.Scenario), r.AckedPerSec, e.AckedPerSec, e.Ratio)
+		fmt.Fprintf(b, "<tr><td>latency p99 ms</td><td>%s %s, echo %s</td></tr>", html.EscapeString(r.Scenario), fmtMS(r.Latency.P99), fmtMS(e.Latency.P99))
+		fmt.Fprintf(b, "<tr><td>echo latency ms</td><td>%s</td></tr>", html.EscapeString(fmtLat(e.Latency)))
+		b.WriteString("</table>\n")
+		spreadTable("echo", e.Report)
+	}
 }
 
 // svgChart draws line series over xs (seconds) with axes, ticks and a legend.

@@ -47,10 +47,10 @@ type DeviceSpec struct {
 
 // SenderSpec makes a device send into a conversation.
 type SenderSpec struct {
-	Device int     `json:"device"` // index into Job.Devices
-	Conv   string  `json:"conv"`
-	Quota  int64   `json:"quota"` // messages to send; 0: until the duration ends; < 0: none
-	Rate   float64 `json:"rate"`  // sends/s on a fixed schedule; 0: closed loop
+	Device int     `json:"device"` // index into Job.Devices (echo: the sender's number)
+	Conv   string  `json:"conv"`   // echo: the stand-in conv_id its frames carry
+	Quota  int64   `json:"quota"`  // messages to send; 0: until the duration ends; < 0: none
+	Rate   float64 `json:"rate"`   // sends/s on a fixed schedule; 0: closed loop
 }
 
 // Job is one worker's share of a run.

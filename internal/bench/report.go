@@ -56,6 +56,15 @@ type Report struct {
 	Extra    map[string]float64 `json:"extra"`  // scenario figures
 	Timeline []Point            `json:"timeline"`
 
+	// With --runs > 1: the runs, each a report of its own; the figures above are then their
+	// medians (violations and errors their sums) and Spread holds median, min and max of the
+	// headline figures. The timeline is that of the median run (MedianRun, from 1).
+	Runs      []*Report         `json:"runs,omitempty"`
+	Spread    map[string]Spread `json:"spread,omitempty"`
+	MedianRun int               `json:"median_run,omitempty"`
+	// With --baseline: the echo runs of the same invocation and the ratios against them.
+	Baseline *Baseline `json:"baseline,omitempty"`
+
 	lat, dlat *hdrhistogram.Histogram
 	slots     map[int]*mergedSlot
 	interval  time.Duration
@@ -108,6 +117,7 @@ type configOut struct {
 	Size     int     `json:"size"`
 	Repeat   int     `json:"repeat,omitempty"`
 	Rounds   int     `json:"rounds,omitempty"`
+	Runs     int     `json:"runs,omitempty"`
 }
 
 func (c *coord) configOut() configOut {
@@ -129,7 +139,10 @@ func (c *coord) configOut() configOut {
 		o.Conns = cfg.Conns
 	case "mixed":
 		o.Users = cfg.Users
+	case "echo":
+		o.Senders = cfg.Senders
 	}
+	o.Runs = cfg.Runs
 	return o
 }
 
@@ -231,9 +244,8 @@ func percentiles(h *hdrhistogram.Histogram) Percentiles {
 	}
 }
 
-// publish completes the report with the verdict and writes it out: the table on stdout, and
-// the JSON and HTML files asked for.
-func (c *coord) publish(r *Report) error {
+// verdict completes the report with the violations found and the client's CPU share.
+func (c *coord) verdict(r *Report) {
 	r.Violations, r.ViolationsByKind, r.ViolationSamples = c.v.Summary()
 	if r.ViolationSamples == nil {
 		r.ViolationSamples = []Violation{}
@@ -241,18 +253,21 @@ func (c *coord) publish(r *Report) error {
 	if r.DurationS > 0 {
 		r.ClientCPUPct = 100 * r.ClientCPUSeconds / r.DurationS
 	}
-	writeTable(c.stdout, r)
-	if c.cfg.JSONPath != "" {
+}
+
+// writeFiles writes the JSON and HTML files cfg asks for.
+func writeFiles(cfg Config, r *Report) error {
+	if cfg.JSONPath != "" {
 		b, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(c.cfg.JSONPath, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(cfg.JSONPath, append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("--json: %w", err)
 		}
 	}
-	if c.cfg.ReportPath != "" {
-		if err := os.WriteFile(c.cfg.ReportPath, []byte(renderHTML(r)), 0o644); err != nil {
+	if cfg.ReportPath != "" {
+		if err := os.WriteFile(cfg.ReportPath, []byte(renderHTML(r)), 0o644); err != nil {
 			return fmt.Errorf("--report: %w", err)
 		}
 	}

@@ -31,7 +31,6 @@ import (
 type coord struct {
 	cfg     Config
 	opts    Options
-	stdout  io.Writer
 	stderr  io.Writer
 	base    string
 	secret  string
@@ -46,24 +45,56 @@ type coord struct {
 	progLine bool       // a progress line is on screen (terminal mode)
 }
 
-// Run carries out one bench run and returns its report. The error is non-nil when the run
-// could not be carried out, and also when it found violations (the report is returned too).
+// Run carries out a bench run and returns its report: one run of the scenario, or with
+// Config.Runs > 1 several, reported by their medians, and with Config.Baseline the echo
+// runs beside them (see runSeries). The error is non-nil when the run could not be carried
+// out, and also when it found violations (the report is returned too).
 func Run(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &coord{cfg: cfg, opts: opts, stdout: opts.Stdout, stderr: opts.Stderr, runID: newRunID(), v: NewVerifier()}
-	if c.stdout == nil {
-		c.stdout = io.Discard
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
 	}
-	if c.stderr == nil {
-		c.stderr = io.Discard
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
 	}
 	// Worker processes, the server and the progress line all write to stderr.
-	c.stderr = &syncWriter{w: c.stderr}
+	opts.Stderr = &syncWriter{w: opts.Stderr}
+	if cfg.Runs > 1 || cfg.Baseline {
+		return runSeries(ctx, cfg, opts)
+	}
+	rep, err := runOnce(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	writeTable(opts.Stdout, rep)
+	if err := writeFiles(cfg, rep); err != nil {
+		return rep, err
+	}
+	if rep.Violations > 0 {
+		return rep, fmt.Errorf("%d violations", rep.Violations)
+	}
+	return rep, nil
+}
+
+// runOnce runs the scenario once, against a server of its own when cfg.Server is empty,
+// and returns its report with the verdict (violations) filled in. opts.Stderr must be safe
+// for concurrent use.
+func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
+	c := &coord{cfg: cfg, opts: opts, stderr: opts.Stderr, runID: newRunID(), v: NewVerifier()}
 	c.v.OnViolation = func(v Violation) { c.note("VIOLATION %s", v) }
 	c.base, c.secret = cfg.Server, cfg.AdminSecret
-	if cfg.Server == "" {
+	switch {
+	case cfg.Scenario == "echo":
+		srv, err := startEcho(ctx, opts.EchoArgv, opts.EchoEnv, c.stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Stop()
+		c.base, c.spawned = srv.URL, true
+		c.note("started echo server %s (pid %d)", srv.URL, srv.cmd.Process.Pid)
+	case cfg.Server == "":
 		extra := append([]string{}, cfg.ServerArgs...)
 		if cfg.Members > 500 {
 			extra = append(extra, "--max-group-members", fmt.Sprint(cfg.Members))
@@ -109,12 +140,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.publish(rep); err != nil {
-		return rep, err
-	}
-	if rep.Violations > 0 {
-		return rep, fmt.Errorf("%d violations", rep.Violations)
-	}
+	c.verdict(rep)
 	return rep, nil
 }
 
@@ -130,6 +156,8 @@ func (c *coord) setup(ctx context.Context) (*plan, error) {
 		return c.setupMixed(ctx)
 	case "idle":
 		return c.setupIdle(ctx)
+	case "echo":
+		return c.setupEcho(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", c.cfg.Scenario)
 }
@@ -472,6 +500,8 @@ func (c *coord) describe() string {
 		return fmt.Sprintf("%d connections, hold %v, %d procs", cfg.Conns, cfg.Duration, cfg.Procs)
 	case "mixed":
 		return fmt.Sprintf("%d users, %g actions/s, %s, %d procs", cfg.Users, cfg.Rate, limit, cfg.Procs)
+	case "echo":
+		return fmt.Sprintf("%d senders, %s, %s, %d procs", cfg.Senders, loop, limit, cfg.Procs)
 	}
 	return cfg.Scenario
 }

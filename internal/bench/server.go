@@ -45,20 +45,30 @@ func startServer(ctx context.Context, argv, extra []string, stderr io.Writer) (*
 		"--addr", "127.0.0.1:0", "--data", dir, "--admin-secret", s.Secret,
 		"--send-rate", "0", "--request-rate", "0", "--log-level", "warn")
 	args = append(args, extra...)
-	s.cmd = exec.Command(argv[0], args...)
+	if err := s.start(ctx, exec.Command(argv[0], args...), nil, stderr); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start runs cmd, the child's environment being this process's without PARLEY_* plus env,
+// and waits for its "listening on" line, which sets s.URL. On failure s is stopped.
+func (s *localServer) start(ctx context.Context, cmd *exec.Cmd, env []string, stderr io.Writer) error {
+	dir := s.dir
+	s.cmd = cmd
 	// The child must not inherit PARLEY_* settings meant for the bench (PARLEY_DURATION...)
 	// that serve would refuse; it gets only what it needs.
-	s.cmd.Env = filterEnv(os.Environ())
+	s.cmd.Env = append(filterEnv(os.Environ()), env...)
 	s.cmd.Stderr = stderr
 	detach(s.cmd)
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		removeDir(dir)
+		return err
 	}
 	if err := s.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start server: %w", err)
+		removeDir(dir)
+		return fmt.Errorf("start server: %w", err)
 	}
 	found := make(chan string, 1)
 	go func() {
@@ -75,16 +85,23 @@ func startServer(ctx context.Context, argv, extra []string, stderr io.Writer) (*
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	select {
 	case s.URL = <-found:
-		return s, nil
+		return nil
 	case <-s.exited:
 		s.Stop()
-		return nil, fmt.Errorf("server exited before listening: %v", s.cmd.ProcessState)
+		return fmt.Errorf("server exited before listening: %v", s.cmd.ProcessState)
 	case <-time.After(30 * time.Second):
 		s.Stop()
-		return nil, errors.New("server did not print its address within 30s")
+		return errors.New("server did not print its address within 30s")
 	case <-ctx.Done():
 		s.Stop()
-		return nil, ctx.Err()
+		return ctx.Err()
+	}
+}
+
+// removeDir removes a data directory; "" (a server without one) is left alone.
+func removeDir(dir string) {
+	if dir != "" {
+		os.RemoveAll(dir)
 	}
 }
 
@@ -99,7 +116,7 @@ func (s *localServer) Stop() {
 			<-s.exited
 		}
 	}
-	os.RemoveAll(s.dir)
+	removeDir(s.dir)
 }
 
 // filterEnv drops PARLEY_* variables, which the bench and serve would read differently.

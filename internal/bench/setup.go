@@ -240,6 +240,7 @@ func (c *coord) setupReadStorm(ctx context.Context) (*plan, error) {
 		r.Extra["events_committed"] = after[mEvents] - before[mEvents]
 		if reads > 0 {
 			r.Extra["commits_per_read"] = commits / reads
+			r.Extra["commits_per_1000_reads"] = 1000 * commits / reads
 			// Each round's message costs commits of its own; what is left is the reads'.
 			r.Extra["read_commits_per_read"] = max(commits-float64(r.Counts["rounds"]), 0) / reads
 		}

@@ -158,6 +158,8 @@ func (w *worker) workload() (workload, error) {
 		return &mixed{w: w}, nil
 	case "idle":
 		return newIdle(w), nil
+	case "echo":
+		return newEchoLoad(w), nil
 	}
 	return nil, fmt.Errorf("bench worker: no workload for scenario %q", w.job.Scenario)
 }
