@@ -1,0 +1,185 @@
+//go:build pebble
+
+package pebble
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// Key layout
+//
+// Every key starts with a one-byte table prefix, followed by its components:
+//
+//	u  enc(user)                          -> user row: name, token_gen, created_at
+//	n  enc(user)                          -> the user's event log bounds: last, pruned
+//	c  enc(conv)                          -> conversation row (every field but the id)
+//	m  enc(conv) enc(user)                -> member row (positions, ordinal, hidden)
+//	M  enc(user) enc(conv)                -> empty: members by user, for Memberships
+//	g  enc(conv) int(seq)                 -> message row (every field but conv and seq)
+//	i  enc(msg_id)                        -> enc(conv) int(seq): unique msg_id
+//	k  enc(sender) enc(client_msg_id)     -> enc(conv) int(seq): unique (sender, client_msg_id)
+//	e  enc(user) int(cursor)              -> event row: type, conv, ts, seq, data
+//	t  int(ts) enc(user) int(cursor)      -> empty: events by time, for PruneEvents
+//	v                                     -> layout version (uvarint)
+//
+// int(x) is the int64 as 8 big-endian bytes with the sign bit flipped, so that byte order
+// is numeric order for every int64, negative ones included. enc(s) is the string with each
+// 0x00 byte written as 0x00 0xFF, followed by the terminator 0x00 0x01: no encoded string is
+// a prefix of another, and byte order of encodings is the order of the strings, so a prefix
+// scan over "m enc(conv)" can never run into a conversation whose id merely starts with the
+// same bytes. Parley's ids are [A-Za-z0-9_.@-] and never contain 0x00, so in practice enc
+// only appends two bytes; the escape keeps the layout unambiguous for any string.
+//
+// The bounds key n is written by CreateUser and exists exactly when the user does, so
+// AppendEvent reads one small key (not the user row) to learn both that the user exists
+// and its last cursor, and rewrites only that key. Keys e and t, m and M, g, i and k are
+// always written and removed together: an index entry exists exactly when its row does.
+//
+// Values are a compact binary encoding (codec.go): signed varints for integers, a uvarint
+// length before strings, and a uvarint length+1 (0 for nil) before optional byte slices,
+// so that nil and empty survive a round trip.
+const (
+	tUser         byte = 'u'
+	tBounds       byte = 'n'
+	tConversation byte = 'c'
+	tMember       byte = 'm'
+	tMemberByUser byte = 'M'
+	tMessage      byte = 'g'
+	tMsgID        byte = 'i'
+	tClientID     byte = 'k'
+	tEvent        byte = 'e'
+	tEventByTime  byte = 't'
+	tVersion      byte = 'v'
+)
+
+// layoutVersion is the version of the key layout and value encoding stored under key v.
+// Open refuses a database written by a newer layout.
+const layoutVersion = 1
+
+// errCorrupt reports a key or value that does not decode.
+var errCorrupt = errors.New("malformed stored data")
+
+// appendInt appends x in 8 bytes whose byte order is x's numeric order.
+func appendInt(b []byte, x int64) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(x)^(1<<63))
+}
+
+// readInt decodes what appendInt wrote at the start of b.
+func readInt(b []byte) (int64, []byte, error) {
+	if len(b) < 8 {
+		return 0, nil, errCorrupt
+	}
+	return int64(binary.BigEndian.Uint64(b) ^ (1 << 63)), b[8:], nil
+}
+
+// appendStr appends enc(s): s with 0x00 escaped as 0x00 0xFF, then 0x00 0x01.
+func appendStr(b []byte, s string) []byte {
+	for {
+		i := indexZero(s)
+		if i < 0 {
+			break
+		}
+		b = append(b, s[:i]...)
+		b = append(b, 0x00, 0xFF)
+		s = s[i+1:]
+	}
+	b = append(b, s...)
+	return append(b, 0x00, 0x01)
+}
+
+func indexZero(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// readStr decodes what appendStr wrote at the start of b.
+func readStr(b []byte) (string, []byte, error) {
+	i := bytes.IndexByte(b, 0)
+	if i >= 0 && i+1 < len(b) && b[i+1] == 0x01 {
+		return string(b[:i]), b[i+2:], nil // the usual case: no escaped byte
+	}
+	var out []byte
+	for {
+		i := bytes.IndexByte(b, 0)
+		if i < 0 || i+1 >= len(b) {
+			return "", nil, errCorrupt
+		}
+		out = append(out, b[:i]...)
+		switch b[i+1] {
+		case 0x01:
+			return string(out), b[i+2:], nil
+		case 0xFF:
+			out = append(out, 0)
+			b = b[i+2:]
+		default:
+			return "", nil, errCorrupt
+		}
+	}
+}
+
+// Key builders. Each appends the whole key to b (usually a reused scratch buffer).
+
+func userKey(b []byte, id string) []byte   { return appendStr(append(b, tUser), id) }
+func boundsKey(b []byte, id string) []byte { return appendStr(append(b, tBounds), id) }
+func convKey(b []byte, id string) []byte   { return appendStr(append(b, tConversation), id) }
+
+func memberKey(b []byte, conv, user string) []byte {
+	return appendStr(appendStr(append(b, tMember), conv), user)
+}
+
+func memberByUserKey(b []byte, user, conv string) []byte {
+	return appendStr(appendStr(append(b, tMemberByUser), user), conv)
+}
+
+// msgRef is the part of a message key after its prefix: enc(conv) int(seq). The unique
+// indexes store it as their value.
+func msgRef(b []byte, conv string, seq int64) []byte { return appendInt(appendStr(b, conv), seq) }
+
+func messageKey(b []byte, conv string, seq int64) []byte {
+	return msgRef(append(b, tMessage), conv, seq)
+}
+
+func msgIDKey(b []byte, msgID string) []byte { return appendStr(append(b, tMsgID), msgID) }
+
+func clientIDKey(b []byte, sender, clientMsgID string) []byte {
+	return appendStr(appendStr(append(b, tClientID), sender), clientMsgID)
+}
+
+func eventKey(b []byte, user string, cursor int64) []byte {
+	return appendInt(appendStr(append(b, tEvent), user), cursor)
+}
+
+func eventByTimeKey(b []byte, ts int64, user string, cursor int64) []byte {
+	return appendInt(appendStr(appendInt(append(b, tEventByTime), ts), user), cursor)
+}
+
+var versionKey = []byte{tVersion}
+
+// prefixEnd returns the smallest key greater than every key that starts with prefix, for
+// use as an exclusive upper bound. Every prefix used here ends with an enc terminator or a
+// table byte, never with 0xFF, so incrementing the last byte is enough.
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xFF {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // no upper bound
+}
+
+// succ returns x+1 and whether it did not overflow.
+func succ(x int64) (int64, bool) {
+	if x == math.MaxInt64 {
+		return 0, false
+	}
+	return x + 1, true
+}

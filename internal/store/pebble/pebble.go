@@ -1,0 +1,397 @@
+//go:build pebble
+
+// Package pebble is a storage backend on Pebble, CockroachDB's Go LSM key-value engine,
+// in <Dir>/pebble/. Rows and their indexes are keys (see keys.go for the layout);
+// a commit is one sequential append to Pebble's write-ahead log plus one fsync, however
+// many rows and indexes it touches, where a b-tree database writes every page it changed.
+//
+// Writes go through group commit, like the SQLite backend. One goroutine owns the write
+// path; Update queues its fn, and the writer runs every queued fn (up to Options.MaxBatch)
+// against one indexed batch, in which each fn reads its own writes and those of the fns
+// before it, then commits the batch with a single WAL fsync and answers every caller.
+// Pebble has no savepoints, so each write through a Tx first records the key's previous
+// value (or its absence) in an undo log; when a fn fails or panics, its undo log is
+// replayed in reverse into the batch (rewriting each previous value, deleting each key
+// that was absent), after which the batch reads exactly as the previous fn left it, and
+// only that caller sees the error.
+//
+// Reads: a View runs on a Pebble snapshot that the writer takes after each successful
+// commit returns. Pebble makes a synced batch visible to readers of the DB as soon as it
+// is in the memtable, before its WAL fsync has finished; reading from the writer's
+// snapshot instead means a View never sees a write that is not yet durable (which a power
+// loss could then take back after a recipient was shown it), and costs a View no Pebble
+// call to begin.
+//
+// Durability. By default an Update that returned nil is in the WAL and fsynced
+// (pebble.Sync): it survives SIGKILL, an operating-system crash and power loss. With
+// Options.Relaxed the batch is committed with pebble.NoSync, which in Pebble is weaker than
+// SQLite's synchronous=NORMAL: the record is copied into the WAL writer's in-memory 32 KiB
+// block and Commit returns; the block reaches the operating system only when it fills up,
+// when a later synced write or a WAL rotation flushes it, or at Close. So a Relaxed Update
+// may be lost, with the ones after it, even by a crash of the process alone (SIGKILL,
+// panic, OOM kill), not only by power loss (observed: SIGKILL right after 300 acked Relaxed
+// Updates lost all 300). Recovery always yields a prefix of the commits
+// (each batch is one checksummed WAL record), so the store stays consistent either way.
+//
+// Commit failure. Pebble treats a failed WAL write or fsync as fatal (its commit
+// pipeline cannot continue). The writer catches it, answers every Update of the batch with
+// ErrUnavailable, and from then on the store refuses every Update and View with
+// ErrUnavailable; the process must restart, and recovery replays the WAL. Fatal errors of
+// Pebble's background work (flushes, compactions, MANIFEST writes) end the process with a
+// panic, as Pebble's default logger would with os.Exit.
+//
+// Pure Go: with cgo enabled, Pebble links the DataDog/zstd C library for zstd, which this
+// backend does not use (blocks are Snappy-compressed); build with CGO_ENABLED=0 or
+// -tags pebblegozstd to keep the binary free of C.
+//
+// The backend only stores rows: chat rules live in package chat.
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// DirName is the directory inside Options.Dir that holds Pebble's files. Back it up with
+// the process stopped, or with Pebble's checkpoint facility.
+const DirName = "pebble"
+
+// Options configures Open. Zero values select the defaults.
+type Options struct {
+	// Dir is the data directory, created (mode 0700) if missing. Required.
+	Dir string
+	// Relaxed commits without fsync (pebble.NoSync). A returned Update may then be lost,
+	// with the Updates after it, by a crash of the process as well as of the machine: see
+	// the package comment. Off by default: an acked message must survive power loss.
+	Relaxed bool
+	// MaxBatch caps how many Update calls share one commit. Default 256.
+	MaxBatch int
+	// CacheSize is the size of Pebble's block cache in bytes. Default 128 MiB.
+	CacheSize int64
+	// Logger receives Pebble's errors (Pebble's informational messages are dropped).
+	// Default slog.Default().
+	Logger *slog.Logger
+	// OnCommit, if set, is called after each committed batch with the number of Update
+	// calls it carried and the time from the first fn to the end of the commit, for
+	// metrics. It runs on the writer goroutine, so it must be quick and must not call the
+	// Store.
+	OnCommit func(batch int, d time.Duration)
+
+	// fs replaces the operating system's file system, for tests that inject I/O errors.
+	fs vfs.FS
+}
+
+// withDefaults validates o and fills in its defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("pebble: Options.Dir is required")
+	}
+	if o.MaxBatch < 0 || o.CacheSize < 0 {
+		return o, errors.New("pebble: Options.MaxBatch and CacheSize must not be negative")
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 256
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 128 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// pebbleOptions returns Pebble's options for this machine class (a few cores, a few GiB
+// of memory, a per-process open-file limit shared with network connections).
+func pebbleOptions(o Options, cache *pebble.Cache) *pebble.Options {
+	po := &pebble.Options{
+		Cache:  cache,
+		Logger: quietLogger{o.Logger},
+		// Files: sstables beyond this are reopened on demand; sockets need the rest.
+		MaxOpenFiles: 1000,
+		// 64 MiB memtables: flushed in the background, up to 4 queued before writes stall.
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
+		// A second compaction only when compaction debt builds up: the server needs the
+		// other core.
+		CompactionConcurrencyRange: func() (int, int) { return 1, 2 },
+		L0CompactionThreshold:      4,
+		L0StopWritesThreshold:      24,
+		LBaseMaxBytes:              256 << 20,
+		// Every format feature of this Pebble release that is not experimental.
+		FormatMajorVersion: pebble.FormatNewest,
+	}
+	if o.fs != nil {
+		po.FS = o.fs
+	}
+	for i := range po.Levels {
+		// Bloom filters let the uniqueness checks of InsertMessage and CreateUser, which
+		// almost always miss, skip every sstable without reading a block.
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		po.Levels[i].BlockSize = 32 << 10
+	}
+	return po
+}
+
+// Store is the Pebble backend. It is safe for concurrent use.
+type Store struct {
+	db         *pebble.DB
+	w          *writer
+	reqs       chan *request
+	writerDone chan struct{}
+
+	// mu guards sending on reqs and starting a View against Close: both hold it shared.
+	mu     sync.RWMutex
+	closed atomic.Bool // set once, under mu
+	views  sync.WaitGroup
+
+	// failed is set once a commit failed: Pebble's commit pipeline is then unusable.
+	failed atomic.Pointer[error]
+
+	// rs guards cur, the snapshot of the last durable commit, which Views read.
+	rs  sync.Mutex
+	cur *readState
+}
+
+var _ store.Store = (*Store)(nil)
+
+// readState is a reference-counted snapshot. The Store holds one reference to cur; each
+// View holds one while it runs; the last release closes the snapshot.
+type readState struct {
+	snap *pebble.Snapshot
+	refs atomic.Int32
+}
+
+func (r *readState) release() {
+	if r.refs.Add(-1) == 0 {
+		_ = r.snap.Close()
+	}
+}
+
+// Open opens (creating if needed) the database in opts.Dir and starts the writer
+// goroutine. Close releases it. Pebble locks the directory: a second Open of the same Dir,
+// in this process or another, fails.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(filepath.Join(opts.Dir, DirName))
+	if err != nil {
+		return nil, fmt.Errorf("pebble: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pebble: create data directory: %w", err)
+	}
+	cache := pebble.NewCache(opts.CacheSize)
+	db, err := openDB(dir, pebbleOptions(opts, cache))
+	cache.Unref() // the DB holds its own reference
+	if err != nil {
+		return nil, fmt.Errorf("pebble: open %s: %w", dir, err)
+	}
+	if err := checkVersion(db); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	sync := pebble.Sync
+	if opts.Relaxed {
+		sync = pebble.NoSync
+	}
+	s := &Store{
+		db:         db,
+		reqs:       make(chan *request, 4*opts.MaxBatch),
+		writerDone: make(chan struct{}),
+	}
+	s.cur = s.newReadState()
+	s.w = &writer{
+		db: db, sync: sync, maxBatch: opts.MaxBatch, onCommit: opts.OnCommit,
+		publish: s.publish, failed: &s.failed,
+	}
+	go func() {
+		defer close(s.writerDone)
+		s.w.run(s.reqs)
+	}()
+	return s, nil
+}
+
+// openDB opens Pebble, turning a fatal error during recovery (our logger panics where
+// Pebble's own would exit) into an error.
+func openDB(dir string, po *pebble.Options) (db *pebble.DB, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if fe, ok := v.(fatalError); ok {
+				err = fe
+				return
+			}
+			panic(v)
+		}
+	}()
+	return pebble.Open(dir, po)
+}
+
+// checkVersion records the layout version in a new database and refuses a database
+// written by a newer layout.
+func checkVersion(db *pebble.DB) error {
+	v, closer, err := db.Get(versionKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		buf := appendVarint(nil, layoutVersion)
+		if err := db.Set(versionKey, buf, pebble.Sync); err != nil {
+			return fmt.Errorf("pebble: record layout version: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("pebble: read layout version: %w", err)
+	}
+	defer closer.Close()
+	d := decoder{b: v}
+	got := d.varint()
+	if err := d.done(); err != nil {
+		return fmt.Errorf("pebble: read layout version: %w", err)
+	}
+	if got > layoutVersion {
+		return fmt.Errorf("pebble: database layout version %d is newer than this binary's %d", got, layoutVersion)
+	}
+	return nil
+}
+
+// newReadState takes a snapshot of everything committed so far.
+func (s *Store) newReadState() *readState {
+	r := &readState{snap: s.db.NewSnapshot()}
+	r.refs.Store(1)
+	return r
+}
+
+// publish makes the state after the commit that just returned the one Views read. It
+// runs on the writer goroutine before the batch's callers are answered, so a View started
+// after an Update returned sees it.
+func (s *Store) publish() {
+	next := s.newReadState()
+	s.rs.Lock()
+	prev := s.cur
+	s.cur = next
+	s.rs.Unlock()
+	prev.release()
+}
+
+// Update implements store.Store. fn runs on the writer goroutine, batched with other
+// concurrent Updates; see the package comment. fn must not call Update or View on this
+// Store (the writer would wait for itself). A panic in fn is re-raised in the caller.
+//
+// If ctx ends before the writer reaches the request, Update returns ctx.Err() and fn never
+// runs; once fn has started, Update waits for the commit and reports its outcome.
+func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.failedErr(); err != nil {
+		return err
+	}
+	r := &request{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
+	if err := s.enqueue(ctx, r); err != nil {
+		return err
+	}
+	select {
+	case out := <-r.done:
+		return out.result()
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(pending, abandoned) {
+			return ctx.Err()
+		}
+		return (<-r.done).result()
+	}
+}
+
+// failedErr returns the commit failure that made the store unusable, if any.
+func (s *Store) failedErr() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// enqueue hands r to the writer unless the store is closed.
+func (s *Store) enqueue(ctx context.Context, r *request) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return unavailable("update")
+	}
+	select {
+	case s.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// View implements store.Store. fn reads the snapshot of the last commit that returned
+// before View was called; fn's error is returned unchanged.
+func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error {
+	if err := s.failedErr(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if s.closed.Load() {
+		s.mu.RUnlock()
+		return unavailable("view")
+	}
+	s.views.Add(1)
+	s.mu.RUnlock()
+	defer s.views.Done()
+
+	s.rs.Lock()
+	r := s.cur
+	r.refs.Add(1) // the Store's own reference keeps it above zero here
+	s.rs.Unlock()
+	defer r.release()
+
+	t := &txn{r: r.snap}
+	defer t.ended.Store(true)
+	return fn(readTx{t})
+}
+
+// Close implements store.Store. It stops accepting Updates and Views, lets the writer
+// finish every Update already queued, waits for running Views, then closes Pebble. After a
+// commit failure it does not close Pebble, whose commit pipeline is then stuck; the process
+// is expected to exit.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return unavailable("close")
+	}
+	s.closed.Store(true)
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.writerDone
+	s.views.Wait()
+	if err := s.failedErr(); err != nil {
+		return err
+	}
+	s.cur.release()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebble: close: %w", err)
+	}
+	return nil
+}
+
+// unavailable is the error of a call on a closed store.
+func unavailable(what string) error {
+	return fmt.Errorf("pebble: %s: store closed: %w", what, store.ErrUnavailable)
+}

@@ -1,0 +1,907 @@
+//go:build pebble
+
+package pebble
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// reader is what both an indexed batch (the writer) and a snapshot (a View) offer.
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+// txnBufs are scratch buffers: keys being built, the last value read, a value being
+// encoded. The writer hands them from one request to the next.
+type txnBufs struct {
+	key, val, enc []byte
+}
+
+// txn is one transaction: a View on a snapshot (b == nil), or one request of a group
+// commit on the shared indexed batch.
+type txn struct {
+	r    reader
+	b    *pebble.Batch // nil in a View
+	undo *undoLog
+	txnBufs
+	ended atomic.Bool // set when fn has returned: a kept tx must not touch later batches
+
+	// conv caches the conversation row this transaction last read or wrote, so that the
+	// read-modify-write of a send (Conversation, then UpdateConversation) reads it once.
+	// Only this transaction's conversation methods write conversation keys while it runs.
+	conv struct {
+		id    string
+		val   []byte
+		valid bool
+	}
+}
+
+// cacheConv remembers the conversation row id=val.
+func (t *txn) cacheConv(id string, val []byte) {
+	t.conv.id, t.conv.val, t.conv.valid = id, append(t.conv.val[:0], val...), true
+}
+
+// readTx implements store.ReadTx on a txn.
+type readTx struct{ t *txn }
+
+// writeTx implements store.Tx on a txn.
+type writeTx struct{ readTx }
+
+var (
+	_ store.ReadTx = readTx{}
+	_ store.Tx     = writeTx{}
+)
+
+// check refuses work once fn has returned or its ctx is done.
+func (t *txn) check(ctx context.Context) error {
+	if t.ended.Load() {
+		return errTxDone
+	}
+	return ctx.Err()
+}
+
+// get reads key into t.val, valid until the next get. found is false for a missing key.
+func (t *txn) get(key []byte) (val []byte, found bool, err error) {
+	v, closer, err := t.r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err)
+	}
+	t.val = append(t.val[:0], v...)
+	_ = closer.Close()
+	return t.val, true, nil
+}
+
+// exists reports whether key is present.
+func (t *txn) exists(key []byte) (bool, error) {
+	_, found, err := t.get(key)
+	return found, err
+}
+
+// iter opens an iterator over [lower, upper).
+func (t *txn) iter(lower, upper []byte) (*pebble.Iterator, error) {
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("%w: pebble: iterate: %w", store.ErrUnavailable, err)
+	}
+	return it, nil
+}
+
+// closeIter closes it, reporting its error (an I/O error met while iterating).
+func closeIter(it *pebble.Iterator) error {
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("%w: pebble: iterate: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// set writes key=val into the batch after recording what key held before: prev if
+// existed, else nothing. Callers know the previous state because they read the key or
+// because of a layout invariant (see keys.go).
+func (t *txn) set(key, val, prev []byte, existed bool) error {
+	if t.b == nil {
+		return errors.New("pebble: write in a read-only transaction")
+	}
+	t.undo.record(key, prev, existed)
+	if err := t.b.Set(key, val, nil); err != nil {
+		return fmt.Errorf("%w: pebble: write: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// del deletes key, which held prev, from the batch after recording prev.
+func (t *txn) del(key, prev []byte) error {
+	if t.b == nil {
+		return errors.New("pebble: write in a read-only transaction")
+	}
+	t.undo.record(key, prev, true)
+	if err := t.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("%w: pebble: write: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func notFound(format string, args ...any) error {
+	return fmt.Errorf("pebble: %s: %w", fmt.Sprintf(format, args...), store.ErrNotFound)
+}
+
+func exists(format string, args ...any) error {
+	return fmt.Errorf("pebble: %s: %w", fmt.Sprintf(format, args...), store.ErrExists)
+}
+
+func corrupt(err error, format string, args ...any) error {
+	return fmt.Errorf("%w: pebble: %s: %w", store.ErrUnavailable, fmt.Sprintf(format, args...), err)
+}
+
+// User implements store.UserReader.
+func (r readTx) User(ctx context.Context, id string) (store.User, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return store.User{}, err
+	}
+	t.key = userKey(t.key[:0], id)
+	v, found, err := t.get(t.key)
+	if err != nil {
+		return store.User{}, err
+	}
+	if !found {
+		return store.User{}, notFound("user %q", id)
+	}
+	u, err := decodeUser(v, id)
+	if err != nil {
+		return store.User{}, corrupt(err, "user %q", id)
+	}
+	return u, nil
+}
+
+// CreateUser implements store.UserWriter. It also creates the user's event log bounds.
+func (w writeTx) CreateUser(ctx context.Context, u store.User) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	t.key = userKey(t.key[:0], u.ID)
+	n := len(t.key)
+	t.key = boundsKey(t.key, u.ID)
+	uk, bk := t.key[:n], t.key[n:]
+	if found, err := t.exists(uk); err != nil || found {
+		if err == nil {
+			err = exists("create user %q", u.ID)
+		}
+		return err
+	}
+	t.enc = encodeUser(t.enc[:0], u)
+	if err := t.set(uk, t.enc, nil, false); err != nil {
+		return err
+	}
+	t.enc = encodeBounds(t.enc[:0], store.CursorBounds{})
+	return t.set(bk, t.enc, nil, false) // exists exactly when the user does
+}
+
+// SetTokenGen implements store.UserWriter.
+func (w writeTx) SetTokenGen(ctx context.Context, id string, gen int64) error {
+	u, err := w.User(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return notFound("set token generation of user %q", id)
+		}
+		return err
+	}
+	t := w.t
+	u.TokenGen = gen
+	t.enc = encodeUser(t.enc[:0], u)
+	return t.set(t.key, t.enc, t.val, true) // t.key and t.val are still the user's
+}
+
+// Conversation implements store.ConversationReader.
+func (r readTx) Conversation(ctx context.Context, id string) (store.Conversation, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return store.Conversation{}, err
+	}
+	v, found, err := t.getConv(id)
+	if err != nil {
+		return store.Conversation{}, err
+	}
+	if !found {
+		return store.Conversation{}, notFound("conversation %q", id)
+	}
+	c, err := decodeConversation(v, id)
+	if err != nil {
+		return store.Conversation{}, corrupt(err, "conversation %q", id)
+	}
+	return c, nil
+}
+
+// getConv reads the conversation row, from the cache when this transaction has it.
+func (t *txn) getConv(id string) ([]byte, bool, error) {
+	if t.conv.valid && t.conv.id == id {
+		return t.conv.val, true, nil
+	}
+	t.key = convKey(t.key[:0], id)
+	v, found, err := t.get(t.key)
+	if found {
+		t.cacheConv(id, v)
+	}
+	return v, found, err
+}
+
+// CreateConversation implements store.ConversationWriter.
+func (w writeTx) CreateConversation(ctx context.Context, c store.Conversation) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	t.key = convKey(t.key[:0], c.ID)
+	if found, err := t.exists(t.key); err != nil || found {
+		if err == nil {
+			err = exists("create conversation %q", c.ID)
+		}
+		return err
+	}
+	t.enc = encodeConversation(t.enc[:0], c)
+	if err := t.set(t.key, t.enc, nil, false); err != nil {
+		return err
+	}
+	t.cacheConv(c.ID, t.enc)
+	return nil
+}
+
+// UpdateConversation implements store.ConversationWriter.
+func (w writeTx) UpdateConversation(ctx context.Context, c store.Conversation) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	prev, found, err := t.getConv(c.ID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return notFound("update conversation %q", c.ID)
+	}
+	t.key = convKey(t.key[:0], c.ID)
+	t.enc = encodeConversation(t.enc[:0], c)
+	if err := t.set(t.key, t.enc, prev, true); err != nil {
+		t.conv.valid = false
+		return err
+	}
+	t.cacheConv(c.ID, t.enc)
+	return nil
+}
+
+// Member implements store.MemberReader.
+func (r readTx) Member(ctx context.Context, convID, userID string) (store.Member, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return store.Member{}, err
+	}
+	t.key = memberKey(t.key[:0], convID, userID)
+	v, found, err := t.get(t.key)
+	if err != nil {
+		return store.Member{}, err
+	}
+	if !found {
+		return store.Member{}, notFound("member %q of conversation %q", userID, convID)
+	}
+	m, err := decodeMember(v, convID, userID)
+	if err != nil {
+		return store.Member{}, corrupt(err, "member %q of conversation %q", userID, convID)
+	}
+	return m, nil
+}
+
+// Members implements store.MemberReader.
+func (r readTx) Members(ctx context.Context, convID string) ([]store.Member, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	prefix := appendStr([]byte{tMember}, convID)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return nil, err
+	}
+	var ms []store.Member
+	for valid := it.First(); valid; valid = it.Next() {
+		user, _, err := readStr(it.Key()[len(prefix):])
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "members of conversation %q", convID), it.Close())
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err), it.Close())
+		}
+		m, err := decodeMember(v, convID, user)
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "member %q of conversation %q", user, convID), it.Close())
+		}
+		ms = append(ms, m)
+	}
+	if err := closeIter(it); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(ms, func(a, b store.Member) int {
+		return cmp.Or(cmp.Compare(a.Ordinal, b.Ordinal), cmp.Compare(a.UserID, b.UserID))
+	})
+	return ms, nil
+}
+
+// Memberships implements store.MemberReader. Like the SQL join it replaces, it leaves out
+// a membership whose conversation does not exist.
+func (r readTx) Memberships(ctx context.Context, userID string) ([]store.Membership, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	prefix := appendStr([]byte{tMemberByUser}, userID)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return nil, err
+	}
+	var convs []string
+	for valid := it.First(); valid; valid = it.Next() {
+		conv, _, err := readStr(it.Key()[len(prefix):])
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "memberships of user %q", userID), it.Close())
+		}
+		convs = append(convs, conv)
+	}
+	if err := closeIter(it); err != nil {
+		return nil, err
+	}
+	var out []store.Membership
+	for _, conv := range convs {
+		m, err := r.Member(ctx, conv, userID)
+		if err != nil {
+			return nil, err // the index entry exists exactly when the member row does
+		}
+		c, err := r.Conversation(ctx, conv)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.Membership{Member: m, Conversation: c})
+	}
+	return out, nil
+}
+
+// PutMember implements store.MemberWriter.
+func (w writeTx) PutMember(ctx context.Context, m store.Member) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	t.key = memberKey(t.key[:0], m.ConvID, m.UserID)
+	n := len(t.key)
+	t.key = memberByUserKey(t.key, m.UserID, m.ConvID)
+	mk, ik := t.key[:n], t.key[n:]
+	prev, found, err := t.get(mk)
+	if err != nil {
+		return err
+	}
+	t.enc = encodeMember(t.enc[:0], m)
+	if err := t.set(mk, t.enc, prev, found); err != nil {
+		return err
+	}
+	if found {
+		return nil // the index entry is there already
+	}
+	return t.set(ik, nil, nil, false)
+}
+
+// DeleteMember implements store.MemberWriter.
+func (w writeTx) DeleteMember(ctx context.Context, convID, userID string) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	t.key = memberKey(t.key[:0], convID, userID)
+	n := len(t.key)
+	t.key = memberByUserKey(t.key, userID, convID)
+	mk, ik := t.key[:n], t.key[n:]
+	prev, found, err := t.get(mk)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return notFound("delete member %q of conversation %q", userID, convID)
+	}
+	if err := t.del(mk, prev); err != nil {
+		return err
+	}
+	return t.del(ik, nil)
+}
+
+// Message implements store.MessageReader.
+func (r readTx) Message(ctx context.Context, convID string, seq int64) (store.Message, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return store.Message{}, err
+	}
+	m, found, err := t.message(convID, seq)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if !found {
+		return store.Message{}, notFound("message %q/%d", convID, seq)
+	}
+	return m, nil
+}
+
+// message reads the message (convID, seq); t.key and t.val are left holding its key and
+// encoded row.
+func (t *txn) message(convID string, seq int64) (store.Message, bool, error) {
+	t.key = messageKey(t.key[:0], convID, seq)
+	v, found, err := t.get(t.key)
+	if err != nil || !found {
+		return store.Message{}, false, err
+	}
+	m, err := decodeMessage(v, convID, seq)
+	if err != nil {
+		return store.Message{}, false, corrupt(err, "message %q/%d", convID, seq)
+	}
+	return m, true, nil
+}
+
+// seekMessage reads the message (convID, seq) through it, an iterator over the message
+// table.
+func (t *txn) seekMessage(it *pebble.Iterator, convID string, seq int64) (store.Message, bool, error) {
+	t.key = messageKey(t.key[:0], convID, seq)
+	if !it.SeekGE(t.key) || !bytes.Equal(it.Key(), t.key) {
+		if err := it.Error(); err != nil {
+			return store.Message{}, false, fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err)
+		}
+		return store.Message{}, false, nil
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return store.Message{}, false, fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err)
+	}
+	m, err := decodeMessage(v, convID, seq)
+	if err != nil {
+		return store.Message{}, false, corrupt(err, "message %q/%d", convID, seq)
+	}
+	return m, true, nil
+}
+
+// MessageByClientID implements store.MessageReader.
+func (r readTx) MessageByClientID(ctx context.Context, senderID, clientMsgID string) (store.Message, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return store.Message{}, err
+	}
+	t.key = clientIDKey(t.key[:0], senderID, clientMsgID)
+	ref, found, err := t.get(t.key)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if !found {
+		return store.Message{}, notFound("message %q of sender %q", clientMsgID, senderID)
+	}
+	conv, rest, err := readStr(ref)
+	var seq int64
+	if err == nil {
+		seq, rest, err = readInt(rest)
+	}
+	if err == nil && len(rest) != 0 {
+		err = errCorrupt
+	}
+	if err != nil {
+		return store.Message{}, corrupt(err, "message %q of sender %q", clientMsgID, senderID)
+	}
+	m, found, err := t.message(conv, seq)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if !found {
+		return store.Message{}, corrupt(errCorrupt, "message %q of sender %q: index without row", clientMsgID, senderID)
+	}
+	return m, nil
+}
+
+// Messages implements store.MessageReader. A Limit of zero or less selects nothing.
+func (r readTx) Messages(ctx context.Context, convID string, mr store.MessageRange) ([]store.Message, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	if mr.Limit <= 0 {
+		return nil, nil
+	}
+	prefix := appendStr([]byte{tMessage}, convID)
+	var from, to int64 // seqs in [from, to) when hasTo, else [from, ∞)
+	hasTo := mr.BeforeSeq > 0
+	var ok bool
+	if hasTo {
+		from, ok = succ(mr.Floor)
+		to = mr.BeforeSeq
+		if !ok || from >= to {
+			return nil, nil
+		}
+	} else if from, ok = succ(max(mr.AfterSeq, mr.Floor)); !ok {
+		return nil, nil
+	}
+	lower := appendInt(slices.Clip(prefix), from)
+	upper := prefixEnd(prefix)
+	if hasTo {
+		upper = appendInt(slices.Clip(prefix), to)
+	}
+	it, err := t.iter(lower, upper)
+	if err != nil {
+		return nil, err
+	}
+	var ms []store.Message
+	step := it.Next
+	valid := it.First()
+	if hasTo {
+		step, valid = it.Prev, it.Last() // newest first, so that the limit keeps the latest
+	}
+	for ; valid && len(ms) < mr.Limit; valid = step() {
+		seq, _, err := readInt(it.Key()[len(prefix):])
+		var v []byte
+		if err == nil {
+			v, err = it.ValueAndErr()
+		}
+		var m store.Message
+		if err == nil {
+			m, err = decodeMessage(v, convID, seq)
+		}
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "messages of conversation %q", convID), it.Close())
+		}
+		ms = append(ms, m)
+	}
+	if err := closeIter(it); err != nil {
+		return nil, err
+	}
+	if hasTo {
+		slices.Reverse(ms)
+	}
+	return ms, nil
+}
+
+// InsertMessage implements store.MessageWriter.
+func (w writeTx) InsertMessage(ctx context.Context, m store.Message) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	t.key = messageKey(t.key[:0], m.ConvID, m.Seq)
+	n1 := len(t.key)
+	t.key = msgIDKey(t.key, m.MsgID)
+	n2 := len(t.key)
+	t.key = clientIDKey(t.key, m.SenderID, m.ClientMsgID)
+	gk, ik, kk := t.key[:n1], t.key[n1:n2], t.key[n2:]
+	for _, k := range [...][]byte{gk, ik, kk} {
+		if found, err := t.exists(k); err != nil || found {
+			if err == nil {
+				err = exists("insert message %q/%d", m.ConvID, m.Seq)
+			}
+			return err
+		}
+	}
+	t.enc = encodeMessage(t.enc[:0], m)
+	if err := t.set(gk, t.enc, nil, false); err != nil {
+		return err
+	}
+	ref := gk[1:] // enc(conv) int(seq)
+	if err := t.set(ik, ref, nil, false); err != nil {
+		return err
+	}
+	return t.set(kk, ref, nil, false)
+}
+
+// RecallMessage implements store.MessageWriter.
+func (w writeTx) RecallMessage(ctx context.Context, convID string, seq int64) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	m, found, err := t.message(convID, seq)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return notFound("recall message %q/%d", convID, seq)
+	}
+	m.Content, m.Extra, m.Recalled = nil, nil, true
+	t.enc = encodeMessage(t.enc[:0], m)
+	return t.set(t.key, t.enc, t.val, true) // t.key and t.val are still the message's
+}
+
+// Events implements store.EventReader. A limit of zero or less selects nothing.
+func (r readTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	from, ok := succ(after)
+	if limit <= 0 || !ok {
+		return nil, nil
+	}
+	prefix := appendStr([]byte{tEvent}, userID)
+	it, err := t.iter(appendInt(slices.Clip(prefix), from), prefixEnd(prefix))
+	if err != nil {
+		return nil, err
+	}
+	// Message payloads are read through one iterator over the message table: successive
+	// events mostly reference increasing seqs of one conversation, which Pebble seeks to
+	// from the previous position, far cheaper than a Get (a fresh lookup) per event.
+	var msgs *pebble.Iterator
+	defer func() {
+		if msgs != nil {
+			_ = msgs.Close()
+		}
+	}()
+	var es []store.Event
+	for valid := it.First(); valid && len(es) < limit; valid = it.Next() {
+		cursor, _, err := readInt(it.Key()[len(prefix):])
+		var v []byte
+		if err == nil {
+			v, err = it.ValueAndErr()
+		}
+		var e store.Event
+		if err == nil {
+			e, err = decodeEvent(v, userID, cursor)
+		}
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "events of user %q", userID), it.Close())
+		}
+		if e.Type == protocol.EventMessage {
+			// The payload is the message itself, stored once per conversation; a
+			// reference to a missing message leaves Message nil.
+			if msgs == nil {
+				if msgs, err = t.iter([]byte{tMessage}, []byte{tMessage + 1}); err != nil {
+					return nil, errors.Join(err, it.Close())
+				}
+			}
+			m, found, err := t.seekMessage(msgs, e.ConvID, e.Seq)
+			if err != nil {
+				return nil, errors.Join(err, it.Close())
+			}
+			if found {
+				e.Message = &m
+			}
+		}
+		es = append(es, e)
+	}
+	if err := closeIter(it); err != nil {
+		return nil, err
+	}
+	return es, nil
+}
+
+// Cursors implements store.EventReader.
+func (r readTx) Cursors(ctx context.Context, userID string) (store.CursorBounds, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return store.CursorBounds{}, err
+	}
+	t.key = boundsKey(t.key[:0], userID)
+	v, found, err := t.get(t.key)
+	if err != nil {
+		return store.CursorBounds{}, err
+	}
+	if !found {
+		return store.CursorBounds{}, notFound("cursors of user %q", userID)
+	}
+	b, err := decodeBounds(v)
+	if err != nil {
+		return store.CursorBounds{}, corrupt(err, "cursors of user %q", userID)
+	}
+	return b, nil
+}
+
+// AppendEvent implements store.EventWriter. The user's bounds key holds its last cursor;
+// the single writer serializes every AppendEvent, so cursors are gapless per user, and an
+// undone request restores the bounds it raised.
+func (w writeTx) AppendEvent(ctx context.Context, e store.Event) (int64, error) {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return 0, err
+	}
+	t.key = boundsKey(t.key[:0], e.UserID)
+	bk := t.key
+	prev, found, err := t.get(bk)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, notFound("append event: user %q", e.UserID)
+	}
+	b, err := decodeBounds(prev)
+	if err != nil {
+		return 0, corrupt(err, "cursors of user %q", e.UserID)
+	}
+	b.Last++
+	cursor := b.Last
+	t.enc = encodeBounds(t.enc[:0], b)
+	if err := t.set(bk, t.enc, prev, true); err != nil {
+		return 0, err
+	}
+	// The event and its time index entry are new: cursor is above every cursor the user
+	// ever had, and an undo that lowers Last again deletes them.
+	t.key = eventKey(t.key[:0], e.UserID, cursor)
+	n := len(t.key)
+	t.key = eventByTimeKey(t.key, e.TS, e.UserID, cursor)
+	ek, tk := t.key[:n], t.key[n:]
+	e.Message = nil
+	t.enc = encodeEvent(t.enc[:0], e)
+	if err := t.set(ek, t.enc, nil, false); err != nil {
+		return 0, err
+	}
+	if err := t.set(tk, nil, nil, false); err != nil {
+		return 0, err
+	}
+	return cursor, nil
+}
+
+// PruneEvents implements store.EventWriter. After removing the oldest events it also
+// removes any event of an affected user at or below the new Pruned bound that a clock step
+// backwards left with a later ts, so that "every cursor <= Pruned is gone" holds; such
+// stragglers count in the result and may take it past limit (as in the SQLite backend).
+func (w writeTx) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	oldest, err := t.oldestEvents(before, limit)
+	if err != nil {
+		return 0, err
+	}
+	highest := make(map[string]int64)
+	for _, o := range oldest {
+		if err := t.removeEvent(o.user, o.cursor, o.ts, true); err != nil {
+			return 0, err
+		}
+		if c, ok := highest[o.user]; !ok || o.cursor > c {
+			highest[o.user] = o.cursor
+		}
+	}
+	removed := len(oldest)
+	for _, user := range slices.Sorted(maps.Keys(highest)) {
+		n, err := t.raisePruned(user, highest[user])
+		if err != nil {
+			return 0, err
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// timeEntry is one entry of the events-by-time index.
+type timeEntry struct {
+	ts     int64
+	user   string
+	cursor int64
+}
+
+// oldestEvents returns up to limit entries of the time index with ts < before, oldest
+// first (by ts, then user, then cursor).
+func (t *txn) oldestEvents(before int64, limit int) ([]timeEntry, error) {
+	lower := []byte{tEventByTime}
+	it, err := t.iter(lower, appendInt([]byte{tEventByTime}, before))
+	if err != nil {
+		return nil, err
+	}
+	var out []timeEntry
+	for valid := it.First(); valid && len(out) < limit; valid = it.Next() {
+		ts, rest, err := readInt(it.Key()[1:])
+		var e timeEntry
+		if err == nil {
+			e.ts = ts
+			e.user, rest, err = readStr(rest)
+		}
+		if err == nil {
+			e.cursor, _, err = readInt(rest)
+		}
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "prune events"), it.Close())
+		}
+		out = append(out, e)
+	}
+	return out, closeIter(it)
+}
+
+// removeEvent deletes the event (user, cursor) and its time index entry. indexed says the
+// index entry is known to exist (it was just read); otherwise it is looked up.
+func (t *txn) removeEvent(user string, cursor, ts int64, indexed bool) error {
+	t.key = eventKey(t.key[:0], user, cursor)
+	n := len(t.key)
+	t.key = eventByTimeKey(t.key, ts, user, cursor)
+	ek, tk := t.key[:n], t.key[n:]
+	prev, found, err := t.get(ek)
+	if err != nil {
+		return err
+	}
+	if found {
+		if err := t.del(ek, prev); err != nil {
+			return err
+		}
+	}
+	if !indexed {
+		if indexed, err = t.exists(tk); err != nil {
+			return err
+		}
+	}
+	if indexed {
+		return t.del(tk, nil)
+	}
+	return nil
+}
+
+// raisePruned removes the user's remaining events up to cursor, returning how many, and
+// raises the user's Pruned bound to cursor.
+func (t *txn) raisePruned(user string, cursor int64) (int, error) {
+	prefix := appendStr([]byte{tEvent}, user)
+	end, ok := succ(cursor)
+	upper := prefixEnd(prefix)
+	if ok {
+		upper = appendInt(slices.Clip(prefix), end)
+	}
+	it, err := t.iter(prefix, upper)
+	if err != nil {
+		return 0, err
+	}
+	var stragglers []timeEntry
+	for valid := it.First(); valid; valid = it.Next() {
+		c, _, err := readInt(it.Key()[len(prefix):])
+		var v []byte
+		if err == nil {
+			v, err = it.ValueAndErr()
+		}
+		var e store.Event
+		if err == nil {
+			e, err = decodeEvent(v, user, c)
+		}
+		if err != nil {
+			return 0, errors.Join(corrupt(err, "prune events of user %q", user), it.Close())
+		}
+		stragglers = append(stragglers, timeEntry{ts: e.TS, user: user, cursor: c})
+	}
+	if err := closeIter(it); err != nil {
+		return 0, err
+	}
+	for _, s := range stragglers {
+		if err := t.removeEvent(s.user, s.cursor, s.ts, false); err != nil {
+			return 0, err
+		}
+	}
+	t.key = boundsKey(t.key[:0], user)
+	prev, found, err := t.get(t.key)
+	if err != nil || !found {
+		return len(stragglers), err // events of an unknown user cannot exist
+	}
+	b, err := decodeBounds(prev)
+	if err != nil {
+		return 0, corrupt(err, "cursors of user %q", user)
+	}
+	if cursor <= b.Pruned {
+		return len(stragglers), nil
+	}
+	b.Pruned = cursor
+	t.enc = encodeBounds(t.enc[:0], b)
+	return len(stragglers), t.set(t.key, t.enc, prev, true)
+}

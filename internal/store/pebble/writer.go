@@ -1,0 +1,308 @@
+//go:build pebble
+
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// Request states. A request is claimed by the writer or abandoned by its caller, never
+// both, so an Update that returns ctx.Err() is sure its fn never ran.
+const (
+	pending int32 = iota
+	claimed
+	abandoned
+)
+
+// request is one Update waiting for the writer.
+type request struct {
+	ctx   context.Context
+	fn    func(store.Tx) error
+	state atomic.Int32
+	done  chan outcome // buffered(1): the writer never blocks answering
+}
+
+// outcome is the writer's answer to one request.
+type outcome struct {
+	err      error
+	panicked bool
+	panicVal any // fn's panic, re-raised on the caller's goroutine
+}
+
+// result returns the request's error, re-raising fn's panic on the caller's goroutine.
+func (o outcome) result() error {
+	if o.panicked {
+		panic(o.panicVal)
+	}
+	return o.err
+}
+
+// writer owns the write path. Only the writer goroutine touches its fields after Open.
+type writer struct {
+	db       *pebble.DB
+	sync     *pebble.WriteOptions
+	maxBatch int
+	onCommit func(batch int, d time.Duration)
+	publish  func()                 // installs the snapshot Views read; see Store.publish
+	failed   *atomic.Pointer[error] // set on a commit failure, read by the Store too
+
+	undo undoLog // the undo log of the running request, reused
+	bufs txnBufs // scratch buffers handed from one request's txn to the next
+}
+
+// run serves requests until reqs is closed and drained.
+func (w *writer) run(reqs <-chan *request) {
+	batch := make([]*request, 0, w.maxBatch)
+	for first := range reqs {
+		batch = fill(append(batch[:0], first), reqs, w.maxBatch)
+		w.commit(claim(batch))
+		clear(batch) // drop references to answered requests
+	}
+}
+
+// fill appends every request already queued, up to max: the batch is whatever arrived
+// while the previous commit was syncing, so batches grow exactly when the disk is the
+// bottleneck and a lone request never waits for company.
+func fill(batch []*request, reqs <-chan *request, max int) []*request {
+	for len(batch) < max {
+		select {
+		case r, ok := <-reqs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// claim keeps the requests whose callers still wait, answering those whose context ended.
+func claim(batch []*request) []*request {
+	live := batch[:0]
+	for _, r := range batch {
+		if !r.state.CompareAndSwap(pending, claimed) {
+			continue // abandoned: its caller has returned
+		}
+		if err := r.ctx.Err(); err != nil {
+			r.done <- outcome{err: err}
+			continue
+		}
+		live = append(live, r)
+	}
+	return live
+}
+
+// commit runs every request of the batch against one indexed batch, commits it with one
+// WAL write (and one fsync unless relaxed), publishes the new state to Views, and answers
+// every request.
+func (w *writer) commit(batch []*request) {
+	if len(batch) == 0 {
+		return
+	}
+	if p := w.failed.Load(); p != nil {
+		w.answerAll(batch, nil, *p)
+		return
+	}
+	start := time.Now()
+	b := w.db.NewIndexedBatch()
+	outs := make([]outcome, len(batch))
+	var broken error
+	for i, r := range batch {
+		if outs[i], broken = w.runOne(b, r); broken != nil {
+			break
+		}
+	}
+	if broken != nil {
+		// An undo could not be applied: the batch no longer matches any set of fns, so
+		// none of it is committed. Pebble itself is fine.
+		_ = b.Close()
+		w.answerAll(batch, outs, broken)
+		return
+	}
+	if !b.Empty() {
+		if err := w.apply(b); err != nil {
+			// Pebble's commit pipeline is unusable after a failed commit, and the batch
+			// may even be in the memtable: refuse everything from now on. The batch is
+			// not closed, as Pebble may still reference it.
+			w.failed.Store(&err)
+			w.answerAll(batch, outs, err)
+			return
+		}
+		w.publish()
+	}
+	_ = b.Close()
+	if w.onCommit != nil {
+		w.onCommit(len(batch), time.Since(start))
+	}
+	w.answerAll(batch, outs, nil)
+}
+
+// apply commits b, turning Pebble's fatal commit error (our logger's Fatalf panics, see
+// quietLogger) or any other panic of the commit into an error wrapping ErrUnavailable.
+func (w *writer) apply(b *pebble.Batch) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%w: pebble: commit batch: %v", store.ErrUnavailable, v)
+		}
+	}()
+	if err := b.Commit(w.sync); err != nil {
+		return fmt.Errorf("%w: pebble: commit batch: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// runOne runs one request's fn against the shared batch; if fn fails or panics, it
+// replays the request's undo log so that the batch is as the previous request left it.
+// broken reports an undo that could not be applied.
+func (w *writer) runOne(b *pebble.Batch, r *request) (out outcome, broken error) {
+	w.undo.reset()
+	t := &txn{r: b, b: b, undo: &w.undo, txnBufs: w.bufs}
+	out = call(r, writeTx{readTx{t}})
+	t.ended.Store(true)
+	w.bufs = t.txnBufs // keep grown buffers for the next request
+	if out.err == nil && !out.panicked {
+		return out, nil
+	}
+	if err := w.undo.rollback(b); err != nil {
+		return out, fmt.Errorf("%w: pebble: undo a failed update: %w", store.ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// call runs fn, catching a panic so that one bad fn cannot kill the writer goroutine.
+func call(r *request, tx store.Tx) (out outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			out = outcome{panicked: true, panicVal: v}
+		}
+	}()
+	return outcome{err: r.fn(tx)}
+}
+
+// answerAll answers every request of the batch. With failed set, the batch did not
+// commit: a request whose fn failed still gets its own error (its writes were undone
+// anyway), every other one gets failed.
+func (w *writer) answerAll(batch []*request, outs []outcome, failed error) {
+	for i, r := range batch {
+		var out outcome
+		if outs != nil {
+			out = outs[i]
+		}
+		if failed != nil && out.err == nil && !out.panicked {
+			out.err = failed
+		}
+		r.done <- out
+	}
+}
+
+// undoLog records, for every write of the running request, the key and what it held
+// before (a value, or nothing). Keys and values are copied into one arena, referenced by
+// offset, so recording costs no allocation once the arena has grown.
+type undoLog struct {
+	arena   []byte
+	entries []undoEntry
+}
+
+type undoEntry struct {
+	key, val [2]int // [start, end) in arena
+	existed  bool
+}
+
+// maxRetained caps the arena kept between requests, so that one huge request does not pin
+// its memory forever.
+const maxRetained = 1 << 20
+
+func (u *undoLog) reset() {
+	if cap(u.arena) > maxRetained {
+		u.arena = nil
+	}
+	if cap(u.entries) > maxRetained/32 {
+		u.entries = nil
+	}
+	u.arena, u.entries = u.arena[:0], u.entries[:0]
+}
+
+// record notes that key held prev (existed) or nothing (!existed) before this write.
+func (u *undoLog) record(key, prev []byte, existed bool) {
+	e := undoEntry{existed: existed}
+	e.key[0] = len(u.arena)
+	u.arena = append(u.arena, key...)
+	e.key[1] = len(u.arena)
+	e.val[0] = e.key[1]
+	if existed {
+		u.arena = append(u.arena, prev...)
+	}
+	e.val[1] = len(u.arena)
+	u.entries = append(u.entries, e)
+}
+
+// rollback restores, newest write first, what every recorded key held before the request.
+// A key written twice is restored twice, ending at its value before the first write.
+func (u *undoLog) rollback(b *pebble.Batch) error {
+	for i := len(u.entries) - 1; i >= 0; i-- {
+		e := u.entries[i]
+		key := u.arena[e.key[0]:e.key[1]]
+		var err error
+		if e.existed {
+			err = b.Set(key, u.arena[e.val[0]:e.val[1]], nil)
+		} else {
+			err = b.Delete(key, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	u.entries = u.entries[:0]
+	return nil
+}
+
+// fatalError is the panic value of quietLogger.Fatalf.
+type fatalError string
+
+func (e fatalError) Error() string { return string(e) }
+
+// Is makes a recovered fatal error count as unavailability.
+func (e fatalError) Is(target error) bool { return target == store.ErrUnavailable }
+
+// quietLogger is Pebble's logger: informational messages (every flush, compaction and WAL
+// rotation) are dropped, errors go to slog, and a fatal error logs and panics rather than
+// exiting, so that the writer can turn a failed commit into ErrUnavailable.
+type quietLogger struct{ l *slog.Logger }
+
+func (q quietLogger) Infof(string, ...any) {}
+
+func (q quietLogger) Errorf(format string, args ...any) {
+	q.l.Error(prefixed(format, args))
+}
+
+func (q quietLogger) Fatalf(format string, args ...any) {
+	msg := prefixed(format, args)
+	q.l.Error(msg, slog.Bool("fatal", true))
+	panic(fatalError(msg))
+}
+
+// prefixed formats a Pebble message, naming Pebble unless the message already does.
+func prefixed(format string, args []any) string {
+	msg := fmt.Sprintf(format, args...)
+	if strings.HasPrefix(msg, "pebble") {
+		return msg
+	}
+	return "pebble: " + msg
+}
+
+var _ pebble.Logger = quietLogger{}
+
+// errTxDone reports a Tx used after its Update or View returned.
+var errTxDone = errors.New("pebble: transaction used after its Update or View returned")
