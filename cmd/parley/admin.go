@@ -17,13 +17,14 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs := newFlagSet("user add", stderr)
 	data := fs.String("data", "./data", "data directory")
 	name := fs.String("name", "", "display name")
+	engine := fs.String("store", "", "storage engine of a new data directory (default: the directory's own, else sqlite)")
 	if err := parseFlags(fs, reorder(args[1:]), getenv); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("usage: parley user add <user_id> [--name NAME] [--data DIR]")
 	}
-	svc, done, err := openData(ctx, *data)
+	svc, done, err := openData(ctx, *data, *engine)
 	if err != nil {
 		return err
 	}
@@ -46,13 +47,14 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs := newFlagSet("token", stderr)
 	data := fs.String("data", "./data", "data directory")
 	ttl := fs.Duration("ttl", 0, "token lifetime (default 30 days)")
+	engine := fs.String("store", "", "storage engine (default: the data directory's own)")
 	if err := parseFlags(fs, reorder(args), getenv); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
 		return fmt.Errorf("usage: parley token <user_id> <device_id> [--ttl 720h] [--data DIR]")
 	}
-	svc, done, err := openData(ctx, *data)
+	svc, done, err := openData(ctx, *data, *engine)
 	if err != nil {
 		return err
 	}

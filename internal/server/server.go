@@ -5,12 +5,15 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
@@ -25,7 +28,7 @@ import (
 // Config is a node's configuration.
 type Config struct {
 	Data        string // data directory of the embedded store; required
-	Engine      string // embedded storage engine: "sqlite" (default) or "pebble"
+	Engine      string // embedded engine: "sqlite" or "pebble"; "" means the data directory's own, else sqlite
 	Relaxed     bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
 	AdminSecret string // empty: generated once into Data/admin.secret
 	Chat        chat.Config
@@ -68,7 +71,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	m := metrics.New()
-	st, err := openStore(ctx, cfg, m.ObserveCommit)
+	st, err := OpenStore(ctx, cfg, m.ObserveCommit)
 	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("open store: %w", err)
@@ -97,16 +100,34 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// openStore opens the embedded engine cfg names in cfg.Data.
-func openStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
-	switch cfg.Engine {
-	case "", "sqlite":
+// OpenStore opens the embedded engine cfg names in cfg.Data (by default the one whose files
+// are there, else SQLite). A data directory belongs to the engine that created it: naming
+// another one is an error, not a second empty store.
+func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
+	found := DetectEngine(cfg.Data)
+	engine := cmp.Or(cfg.Engine, found, "sqlite")
+	if found != "" && found != engine {
+		return nil, fmt.Errorf("data directory %s holds a %s store: start with --store %s", cfg.Data, found, found)
+	}
+	switch engine {
+	case "sqlite":
 		return sqlite.Open(ctx, sqlite.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
 	case "pebble":
 		return openPebble(ctx, cfg, onCommit)
 	default:
 		return nil, fmt.Errorf("unknown storage engine %q (sqlite or pebble)", cfg.Engine)
 	}
+}
+
+// DetectEngine names the engine whose files dataDir holds, or "" for a new directory.
+func DetectEngine(dataDir string) string {
+	if _, err := os.Stat(filepath.Join(dataDir, "pebble")); err == nil {
+		return "pebble"
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "parley.db")); err == nil {
+		return "sqlite"
+	}
+	return ""
 }
 
 // Signer returns the token signer of a data directory, creating its key on first use.
