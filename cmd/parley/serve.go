@@ -9,11 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/server"
-	"github.com/parleychat/parley/internal/store/sqlite"
 )
 
 // serveConfig is everything `parley serve` is configured with.
@@ -36,6 +36,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this address (keep it private)")
 	fs.StringVar(&n.Data, "data", n.Data, "data directory of the embedded store (created if missing)")
 	fs.StringVar(&n.AdminSecret, "admin-secret", "", "operator bearer secret; generated into the data directory when empty")
+	fs.StringVar(&n.Engine, "store", "", "embedded storage engine, sqlite or pebble (default: the data directory's own, sqlite for a new one)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: survives a process crash but may lose the last acked messages on power loss")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -50,11 +51,15 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&n.Gateway.SendBurst, "send-burst", n.Gateway.SendBurst, "burst of the send rate limit")
 	fs.Float64Var(&n.Gateway.RequestRate, "request-rate", n.Gateway.RequestRate, "requests per second per device (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.RequestBurst, "request-burst", n.Gateway.RequestBurst, "burst of the request rate limit")
+	fs.BoolVar(&n.Gateway.DevLogin, "dev-login", false, "let the web client sign in by user and device name alone (development; loopback --addr only)")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	if n.Gateway.DevLogin && !loopbackAddr(c.Addr) {
+		return c, fmt.Errorf("--dev-login signs anyone in without a secret, so it needs a loopback --addr (127.0.0.1, [::1] or localhost), not %q", c.Addr)
 	}
 	return c, errors.Join(n.Chat.Validate(), n.Gateway.Validate())
 }
@@ -73,6 +78,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer ln.Close()
+	if cfg.Node.Gateway.DevLogin && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		return fmt.Errorf("--dev-login: %s resolved to %s, which is not a loopback address", cfg.Addr, ln.Addr())
+	}
 	srv, err := server.New(ctx, cfg.Node)
 	if err != nil {
 		return err
@@ -86,6 +94,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "parley %s listening on http://%s (data %s)\n", version, ln.Addr(), cfg.Node.Data)
+	if cfg.Node.Gateway.DevLogin {
+		fmt.Fprintf(stdout, "dev login is on: open http://%s/ and sign in with any user name\n", ln.Addr())
+	}
 	cfg.Node.Logger.Info("serving", "addr", ln.Addr().String(), "data", cfg.Node.Data, "relaxed", cfg.Node.Relaxed)
 
 	select {
@@ -105,9 +116,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 }
 
 // openData opens the store and token signer of a data directory for the operator commands,
-// which work with or without the server running (SQLite in WAL mode allows both).
-func openData(ctx context.Context, dir string) (*chat.Service, func(), error) {
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: dir})
+// with the engine that created it. With SQLite (WAL) they work beside a running server.
+// engine "" means the directory's own (SQLite for a new directory).
+func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), error) {
+	cfg := server.DefaultConfig(dir)
+	cfg.Engine = engine
+	st, err := server.OpenStore(ctx, cfg, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store: %w", err)
 	}
@@ -132,4 +146,18 @@ func serveDebug(addr string, log *slog.Logger) {
 	if err := srv.ListenAndServe(); err != nil {
 		log.Warn("debug server stopped", "err", err)
 	}
+}
+
+// loopbackAddr reports whether a listen address ("host:port") names a loopback host: an IP
+// literal such as 127.0.0.1 or ::1, or "localhost". An empty host (all interfaces) is not.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -32,6 +32,11 @@ type Config struct {
 	// burst 1000.
 	RequestRate  float64
 	RequestBurst int
+	// DevLogin enables POST /v1/dev/login, which signs a browser in by user and device name
+	// alone (creating the user if needed). For development on a loopback address only:
+	// cmd/parley refuses it on any other address, and the endpoint answers only loopback
+	// peers. Off by default; when off the endpoint does not exist (404).
+	DevLogin bool
 }
 
 // DefaultConfig returns the defaults of PROTOCOL.md and of the comments above.

@@ -123,6 +123,7 @@ func (g *Gateway) routes() {
 
 	m.HandleFunc("GET /healthz", g.healthz)
 	m.Handle("GET /metrics", g.met.Handler())
+	g.webRoutes()
 }
 
 // ServeHTTP answers one request: 503 while draining, JSON 404 / 405 for unknown routes and

@@ -1,0 +1,237 @@
+// A small in-memory Parley server for the SDK's unit tests: one direct conversation between
+// alice (the client under test) and bob (driven by the test), alice's event log, idempotent
+// sends keyed by client_msg_id, long-poll, and a fake WebSocket. It is not a conformance
+// model: just enough of docs/protocol.md to exercise the client's merge, gap and retry logic,
+// with switches to make the network misbehave.
+
+export const CONV = 'd_ab';
+
+export class FakeServer {
+  constructor() {
+    this.up = true; // false: every request and connection fails like a dead network
+    this.wsBroken = false; // true: WebSocket upgrades fail while HTTP works
+    this.dropNextReply = false; // true: the next send is stored but its reply is lost
+    this.deafToPings = false; // true: pings get no pong (a connection that died silently)
+    this.retainedFrom = 1; // events below this cursor were pruned: older cursors get 410
+    this.log = []; // alice's events, cursor = index + 1
+    this.msgs = []; // the conversation, seq = index + 1
+    this.byCmid = new Map(); // "sender client_msg_id" -> ack
+    this.positions = { alice: { read: 0, delivered: 0 }, bob: { read: 0, delivered: 0 } };
+    this.sockets = new Set();
+    this.waiters = new Set();
+    this.requests = []; // "METHOD path" of every HTTP request
+    this.sends = []; // client_msg_id of every send request that reached the server
+    this.snapshots = 0;
+    this.fetch = this.fetch.bind(this);
+    const server = this;
+    this.WebSocket = class extends FakeWebSocket {
+      constructor(url) { super(url, server); }
+    };
+  }
+
+  get cursor() { return this.log.length; }
+
+  brief() {
+    const last = this.msgs[this.msgs.length - 1] ?? null;
+    const p = this.positions;
+    return {
+      conv_id: CONV, type: 'direct', name: '', owner_id: '', members_count: 2, fanout: 'write',
+      max_seq: this.msgs.length, read_seq: p.alice.read, delivered_seq: p.alice.delivered, cleared_seq: 0,
+      unread: Math.max(0, this.msgs.length - p.alice.read), last_message: last,
+      peer_read_seq: p.bob.read, peer_delivered_seq: p.bob.delivered, updated_at: last?.created_at ?? 1,
+    };
+  }
+
+  /** Appends an event to alice's log and pushes it to her connected sockets. */
+  emit(type, data) {
+    const ev = { cursor: this.log.length + 1, type, conv_id: CONV, ts: Date.now(), data };
+    this.log.push(ev);
+    for (const ws of this.sockets) ws.push({ op: 'event', event: ev });
+    for (const w of this.waiters) w();
+    return ev;
+  }
+
+  store(sender, req) {
+    const key = `${sender} ${req.client_msg_id}`;
+    const old = this.byCmid.get(key);
+    if (old) return { ...old, duplicate: true };
+    const m = {
+      conv_id: CONV, seq: this.msgs.length + 1, msg_id: `m_${this.msgs.length + 1}`, client_msg_id: req.client_msg_id,
+      sender_id: sender, content_type: req.content_type, content: req.content, extra: req.extra ?? null,
+      created_at: 1700000000000 + this.msgs.length, recalled: false,
+    };
+    this.msgs.push(m);
+    this.positions[sender].read = m.seq;
+    this.positions[sender].delivered = m.seq;
+    const ack = { code: 0, conv_id: CONV, client_msg_id: m.client_msg_id, msg_id: m.msg_id, seq: m.seq, created_at: m.created_at, duplicate: false };
+    this.byCmid.set(key, ack);
+    this.emit('message', m);
+    return ack;
+  }
+
+  /** Bob sends a message (alice's log gets the event). */
+  bobSays(text, cmid = `bob-${this.msgs.length + 1}`) {
+    return this.store('bob', { client_msg_id: cmid, content_type: 1, content: { text } });
+  }
+
+  bobReads(seq) {
+    this.positions.bob.read = Math.max(this.positions.bob.read, seq);
+    this.positions.bob.delivered = Math.max(this.positions.bob.delivered, seq);
+    this.emit('read', { user_id: 'bob', read_seq: this.positions.bob.read });
+  }
+
+  position(kind, seq) {
+    const p = this.positions.alice;
+    const next = Math.max(p[kind], Math.min(seq, this.msgs.length));
+    if (next > p[kind]) {
+      p[kind] = next;
+      if (kind === 'read') {
+        p.delivered = Math.max(p.delivered, next);
+        this.emit('read', { user_id: 'alice', read_seq: next });
+      }
+    }
+    return { [`${kind}_seq`]: p[kind] };
+  }
+
+  syncFrom(cursor, limit = 100) {
+    if (cursor > this.cursor) return { error: 409 };
+    if (cursor + 1 < this.retainedFrom) return { error: 410 };
+    const events = this.log.slice(cursor, cursor + limit);
+    return { cursor: events.length ? events[events.length - 1].cursor : cursor, events, has_more: cursor + limit < this.log.length };
+  }
+
+  async fetch(url, init = {}) {
+    const u = new URL(url);
+    const method = init.method ?? 'GET';
+    this.requests.push(`${method} ${u.pathname}`);
+    if (!this.up) throw new TypeError('fetch failed');
+    const body = init.body ? JSON.parse(init.body) : null;
+    const q = (k) => Number(u.searchParams.get(k) ?? 0);
+    const ok = (v) => json(200, v);
+    switch (`${method} ${u.pathname}`) {
+      case 'GET /v1/sync/snapshot':
+        this.snapshots++;
+        return ok({
+          cursor: this.cursor, conversations: [this.brief()],
+          messages: { [CONV]: q('recent') ? this.msgs.slice(-q('recent')) : [] },
+          read_positions: { [CONV]: { alice: this.positions.alice.read, bob: this.positions.bob.read } },
+        });
+      case 'GET /v1/sync': {
+        let r = this.syncFrom(q('cursor'), q('limit') || 100);
+        if (r.error) return json(r.error, { code: r.error, error: `sync error ${r.error}` });
+        if (!r.events.length && q('wait') > 0) {
+          await new Promise((resolve) => {
+            const done = () => { this.waiters.delete(done); clearTimeout(t); resolve(); };
+            const t = setTimeout(done, 30); // a short "wait" keeps the tests fast
+            this.waiters.add(done);
+          });
+          if (!this.up) throw new TypeError('fetch failed');
+          r = this.syncFrom(q('cursor'), q('limit') || 100);
+        }
+        return ok(r);
+      }
+      case 'POST /v1/messages':
+        this.sends.push(body.client_msg_id);
+        return ok(this.store('alice', body));
+      case `POST /v1/conversations/${CONV}/read`:
+        return ok(this.position('read', body.seq));
+      case `POST /v1/conversations/${CONV}/delivered`:
+        return ok(this.position('delivered', body.seq));
+      case `GET /v1/conversations/${CONV}`:
+        return ok(this.brief());
+      default:
+        return json(404, { code: 404, error: `no such endpoint: ${method} ${u.pathname}` });
+    }
+  }
+
+  /** Closes every socket as the server does on shutdown (1001). */
+  dropSockets(code = 1001) {
+    for (const ws of this.sockets) ws.serverClose(code);
+  }
+}
+
+function json(status, v) {
+  return new Response(JSON.stringify(v), { status, headers: { 'Content-Type': 'application/json' } });
+}
+
+/** The browser WebSocket API, served by a FakeServer. */
+class FakeWebSocket {
+  constructor(url, server) {
+    this.url = url;
+    this.server = server;
+    this.readyState = 0;
+    this.sent = [];
+    setTimeout(() => this._connect(), 0);
+  }
+
+  _connect() {
+    const s = this.server;
+    if (!s.up || s.wsBroken) {
+      this.readyState = 3;
+      this.onerror?.({});
+      this.onclose?.({ code: 1006 });
+      return;
+    }
+    const u = new URL(this.url);
+    this.readyState = 1;
+    s.sockets.add(this);
+    this.onopen?.({});
+    if (u.searchParams.has('cursor')) {
+      const r = s.syncFrom(Number(u.searchParams.get('cursor')), 1e9);
+      if (r.error) {
+        this.push({ op: 'error', code: r.error, error: `cursor error ${r.error}` });
+        this.serverClose(1008);
+        return;
+      }
+      for (const ev of r.events) this.push({ op: 'event', event: ev });
+    }
+  }
+
+  push(frame) {
+    if (this.readyState !== 1) return;
+    const data = JSON.stringify(frame);
+    // Frames sent before a close still arrive (close events are queued after them).
+    setTimeout(() => { if (this.readyState !== 3) this.onmessage?.({ data }); }, 0);
+  }
+
+  send(data) {
+    if (this.readyState !== 1) throw new Error('not open');
+    const f = JSON.parse(data);
+    this.sent.push(f);
+    const s = this.server;
+    switch (f.op) {
+      case 'send': {
+        s.sends.push(f.client_msg_id);
+        const { id, op, ...req } = f;
+        const ack = s.store('alice', req);
+        if (s.dropNextReply) {
+          s.dropNextReply = false;
+          this.serverClose(1006); // stored, but the connection dies before the reply
+          return;
+        }
+        this.push({ id, ...ack });
+        return;
+      }
+      case 'ping':
+        if (!s.deafToPings) this.push({ id: f.id, code: 0, op: 'pong' });
+        return;
+      case 'read':
+      case 'delivered':
+        this.push({ id: f.id, code: 0, ...s.position(f.op, f.seq) });
+        return;
+      default:
+        this.push({ id: f.id, code: 400, error: `unknown op ${f.op}` });
+    }
+  }
+
+  close(code = 1005) {
+    if (this.readyState >= 2) return;
+    this.readyState = 2;
+    this.server.sockets.delete(this);
+    setTimeout(() => { this.readyState = 3; this.onclose?.({ code }); }, 0);
+  }
+
+  serverClose(code) {
+    this.close(code);
+  }
+}

@@ -1,0 +1,590 @@
+// Parley web client: the page. All protocol work is in ./sdk/parley.js; this file renders the
+// SDK's state and turns user input into SDK calls. Plain DOM, no framework, no build step.
+//
+// Test and debugging switches (query string): ?transport=longpoll|websocket|auto and
+// ?backoff=<base ms>,<max ms>. The session (user, device, token) lives in sessionStorage, so
+// each tab can be a different device; the synced state lives in localStorage (see the SDK).
+
+import { ParleyClient, MsgState, messageText } from './sdk/parley.js';
+
+const $ = (id) => document.getElementById(id);
+const SESSION_KEY = 'parley.session';
+const STATE_NAMES = { [MsgState.FAILED]: 'failed', [MsgState.SENDING]: 'sending', [MsgState.SENT]: 'sent', [MsgState.DELIVERED]: 'delivered', [MsgState.READ]: 'read', [MsgState.RECALLED]: 'recalled' };
+const TICKS = { sending: '◷', sent: '✓', delivered: '✓✓', read: '✓✓' };
+const TICK_LABELS = { sending: 'Sending', sent: 'Sent', delivered: 'Delivered', read: 'Read' };
+
+const params = new URLSearchParams(location.search);
+const clientOptions = {
+  transport: ['websocket', 'longpoll', 'auto'].includes(params.get('transport')) ? params.get('transport') : 'auto',
+};
+if (params.get('backoff')) {
+  const [base, max] = params.get('backoff').split(',').map(Number);
+  if (base > 0 && max >= base) clientOptions.backoff = { base, max };
+}
+
+let client = null;
+let session = null;
+let openConv = null;
+let openedAt = null; // conv_id the chat view was last set up for
+let renderQueued = false;
+let receiptTimer = null;
+let lastReceiptFetch = 0;
+let focusComposer = false; // the user opened a chat from the list: type right away
+const drafts = new Map(); // conv_id -> unsent text in the message box
+
+boot();
+
+function boot() {
+  bindLogin();
+  bindApp();
+  session = readSession();
+  if (session) startApp(session);
+  else showLogin();
+}
+
+// ---- session and sign-in ----
+
+function readSession() {
+  try {
+    const s = JSON.parse(sessionStorage.getItem(SESSION_KEY) ?? 'null');
+    return s && s.token && s.userId ? s : null;
+  } catch {
+    return null;
+  }
+}
+
+async function showLogin(message = '') {
+  $('app').hidden = true;
+  $('login').hidden = false;
+  $('login-error').textContent = message;
+  let dev = false;
+  try {
+    const r = await fetch('/v1/dev/login', { cache: 'no-store' });
+    dev = r.ok;
+  } catch { /* offline: token sign-in only */ }
+  $('dev-form').hidden = !dev;
+  $('token-title').textContent = dev ? 'Or sign in with a token' : 'Sign in with a token';
+  (dev ? $('dev-user') : $('tok-user')).focus();
+}
+
+function bindLogin() {
+  $('dev-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const user = $('dev-user').value.trim();
+    const device = $('dev-device').value.trim();
+    setLoginError('');
+    try {
+      const r = await fetch('/v1/dev/login', {
+        method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ user_id: user, device_id: device }),
+      });
+      const body = await r.json().catch(() => ({}));
+      if (!r.ok) throw new Error(body.error ?? `HTTP ${r.status}`);
+      signIn({ userId: body.user_id, deviceId: body.device_id, token: body.token });
+    } catch (err) {
+      setLoginError(`Sign-in failed: ${err.message}`);
+    }
+  });
+  $('token-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const userId = $('tok-user').value.trim();
+    const token = $('tok-token').value.trim();
+    setLoginError('');
+    try {
+      const r = await fetch('/v1/sync/snapshot?recent=0', { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+      if (!r.ok) throw new Error((await r.json().catch(() => ({}))).error ?? `HTTP ${r.status}`);
+      signIn({ userId, deviceId: '', token });
+    } catch (err) {
+      setLoginError(`Sign-in failed: ${err.message}`);
+    }
+  });
+}
+
+function setLoginError(text) {
+  $('login-error').textContent = text;
+}
+
+function signIn(s) {
+  sessionStorage.setItem(SESSION_KEY, JSON.stringify(s));
+  $('tok-token').value = '';
+  startApp(s);
+}
+
+async function signOut(message = '') {
+  const c = client;
+  client = null;
+  window.parleyClient = null;
+  sessionStorage.removeItem(SESSION_KEY);
+  clearInterval(receiptTimer);
+  if (c) await c.forget();
+  openConv = null;
+  openedAt = null;
+  $('conv-list').replaceChildren();
+  $('messages').replaceChildren();
+  history.replaceState(null, '', location.pathname + location.search);
+  showLogin(message);
+}
+
+function storageKey(s) {
+  if (s.deviceId) return `parley:${s.userId}:${s.deviceId}`;
+  let h = 2166136261; // FNV-1a of the token: one saved state per token
+  for (let i = 0; i < s.token.length; i++) h = Math.imul(h ^ s.token.charCodeAt(i), 16777619);
+  return `parley:${s.userId}:t${(h >>> 0).toString(36)}`;
+}
+
+async function startApp(s) {
+  session = s;
+  $('login').hidden = true;
+  $('app').hidden = false;
+  $('me').textContent = s.deviceId ? `${s.userId} · ${s.deviceId}` : s.userId;
+  $('app').dataset.user = s.userId;
+  client = new ParleyClient({ token: s.token, userId: s.userId, storageKey: storageKey(s), ...clientOptions });
+  window.parleyClient = client; // for debugging and the browser tests
+  client.addEventListener('change', scheduleRender);
+  client.addEventListener('status', renderStatus);
+  client.addEventListener('autherror', () => signOut('Your session ended: the server refused the token. Sign in again.'));
+  client.addEventListener('replaced', () => showNotice('This device connected from another tab or window, so this one stopped.'));
+  renderStatus();
+  await client.start();
+  receiptTimer = setInterval(refreshReceipts, 3000);
+  route();
+}
+
+// ---- routing: #c=<conv_id> is the open conversation ----
+
+function route() {
+  const m = /^#c=(.+)$/.exec(location.hash);
+  openConv = m ? decodeURIComponent(m[1]) : null;
+  render();
+}
+
+function openConversation(convId) {
+  const hash = `#c=${encodeURIComponent(convId)}`;
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function closeConversation() {
+  const was = openConv;
+  history.pushState(null, '', location.pathname + location.search);
+  route();
+  document.querySelector(`#conv-list button[data-conv="${CSS.escape(was ?? '')}"]`)?.focus();
+}
+
+// ---- rendering ----
+
+function scheduleRender() {
+  if (renderQueued) return;
+  renderQueued = true;
+  setTimeout(() => {
+    renderQueued = false;
+    render();
+  }, 0);
+}
+
+function render() {
+  if (!client) return;
+  renderList();
+  renderChat();
+  markVisibleRead();
+  refreshReceipts();
+}
+
+function renderStatus() {
+  const el = $('status');
+  const status = client?.status ?? 'offline';
+  const lp = client?.mode === 'longpoll';
+  el.dataset.status = status;
+  el.dataset.transport = client?.mode ?? '';
+  el.textContent = status === 'online' ? (lp ? 'Online (long-poll)' : 'Online') : status === 'connecting' ? 'Connecting…' : 'Offline, retrying';
+}
+
+function showNotice(text) {
+  $('notice-text').textContent = text;
+  $('notice').hidden = false;
+}
+
+function convTitle(c) {
+  if (c.type === 'direct') return client.peerOf(c.conv_id) || 'Direct chat';
+  return c.name || 'Unnamed group';
+}
+
+function preview(c) {
+  const m = c.last_message;
+  if (!m) return 'No messages yet';
+  const who = m.sender_id === session.userId ? 'You: ' : c.type === 'group' ? `${m.sender_id}: ` : '';
+  return who + (m.recalled ? 'Message recalled' : messageText(m) || '(attachment)');
+}
+
+/** Reconciles a parent's children with `items` ({key, sig, build(el), tag}) in order. */
+function reconcile(parent, items) {
+  const active = document.activeElement;
+  const activeKey = parent.contains(active) ? active.closest('[data-key]')?.dataset.key : null;
+  const existing = new Map();
+  for (const el of parent.children) existing.set(el.dataset.key, el);
+  let prev = null;
+  for (const it of items) {
+    let el = existing.get(it.key);
+    existing.delete(it.key);
+    if (!el || el.tagName !== it.tag.toUpperCase()) {
+      el?.remove();
+      el = document.createElement(it.tag);
+      el.dataset.key = it.key;
+    }
+    if (el.dataset.sig !== it.sig) {
+      it.build(el); // updates el in place where it can, so a click or the focus is not lost
+      el.dataset.sig = it.sig;
+    }
+    const want = prev ? prev.nextSibling : parent.firstChild;
+    if (want !== el) parent.insertBefore(el, want);
+    prev = el;
+  }
+  for (const el of existing.values()) el.remove();
+  if (activeKey && !parent.contains(document.activeElement)) {
+    // The focused element was rebuilt: keep the focus on the same item.
+    const host = parent.querySelector(`[data-key="${CSS.escape(activeKey)}"]`);
+    (host?.querySelector('button') ?? host)?.focus();
+  }
+}
+
+function renderList() {
+  const convs = client.conversations();
+  $('conv-empty').hidden = convs.length > 0;
+  const items = convs.map((c) => {
+    const unread = client.unread(c.conv_id);
+    const title = convTitle(c);
+    const last = c.last_message;
+    const time = last ? shortTime(last.created_at) : '';
+    const text = preview(c);
+    const current = c.conv_id === openConv;
+    return {
+      key: c.conv_id, tag: 'li',
+      sig: JSON.stringify([title, text, time, unread, current, c.type]),
+      build(li) {
+        let b = li.querySelector('button.conv');
+        if (!b) b = li.appendChild(el('button', { type: 'button', 'data-conv': c.conv_id }));
+        b.className = unread ? 'conv unread' : 'conv';
+        b.dataset.unread = String(unread);
+        if (current) b.setAttribute('aria-current', 'true');
+        else b.removeAttribute('aria-current');
+        const label = `${title}${c.type === 'group' ? ' (group)' : ''}. ${unread ? `${unread} unread. ` : ''}${text}${time ? `, ${time}` : ''}`;
+        b.setAttribute('aria-label', label);
+        b.replaceChildren(
+          avatar(title),
+          el('span', { class: 'conv-main' }, el('span', { class: 'conv-title' }, title), el('span', { class: 'conv-last' }, text)),
+          el('span', { class: 'conv-meta' }, el('span', { class: 'conv-time' }, time),
+            unread ? el('span', { class: 'badge', 'aria-hidden': 'true' }, unread > 99 ? '99+' : String(unread)) : ''),
+        );
+      },
+    };
+  });
+  reconcile($('conv-list'), items);
+}
+
+function renderChat() {
+  const c = openConv ? client.conversation(openConv) : null;
+  document.body.classList.toggle('chat-open', !!c);
+  $('chat-view').hidden = !c;
+  $('chat-empty').hidden = !!c;
+  if (!c) {
+    openedAt = null;
+    return;
+  }
+  const first = openedAt !== c.conv_id;
+  if (first) {
+    openedAt = c.conv_id;
+    $('chat-error').textContent = '';
+    $('messages').replaceChildren();
+    $('composer-input').value = drafts.get(c.conv_id) ?? '';
+    autosize();
+    onOpen(c.conv_id);
+  }
+  $('chat-title').textContent = convTitle(c);
+  const members = client.members(c.conv_id);
+  $('chat-sub').textContent = c.type === 'direct' ? 'Direct chat'
+    : `${c.members_count} member${c.members_count === 1 ? '' : 's'}${members.length && members.length <= 8 ? `: ${members.join(', ')}` : ''}`;
+  $('chat-view').dataset.conv = c.conv_id;
+  $('chat-view').dataset.type = c.type;
+
+  const scroller = $('scroller');
+  const atBottom = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 48;
+  const msgs = client.messages(c.conv_id);
+  const items = [];
+  let day = '';
+  for (const m of msgs) {
+    const d = dayKey(m.created_at);
+    if (d !== day) {
+      day = d;
+      const label = dayLabel(m.created_at);
+      items.push({ key: `d:${d}`, tag: 'li', sig: label, build(li) { li.replaceChildren(); li.className = 'day'; li.setAttribute('role', 'separator'); li.setAttribute('aria-label', label); li.append(el('span', {}, label)); } });
+    }
+    items.push(messageItem(c, m));
+  }
+  reconcile($('messages'), items);
+  $('load-older').hidden = !client.hasOlder(c.conv_id);
+  const lastMine = msgs.length && msgs[msgs.length - 1].sender_id === session.userId;
+  if (first || atBottom || lastMine) scroller.scrollTop = scroller.scrollHeight;
+  if (first && focusComposer) $('composer-input').focus();
+  focusComposer = false;
+}
+
+function messageItem(c, m) {
+  const mine = m.sender_id === session.userId;
+  const state = STATE_NAMES[client.msgState(m)];
+  const text = messageText(m);
+  const r = mine && !m.pending && c.type === 'group' ? client.receipts(c.conv_id, m.seq) : null;
+  const readBy = r ? `Read by ${r.read_count} of ${r.member_count}` : '';
+  const key = m.pending ? `p:${m.client_msg_id}` : `m:${m.seq}`;
+  return {
+    key, tag: 'li',
+    sig: JSON.stringify([state, text, readBy, m.error ?? '', c.type]),
+    build(li) {
+      li.replaceChildren();
+      li.className = `msg ${mine ? 'mine' : 'theirs'}${m.recalled ? ' recalled' : ''}${m.pending ? ' pending' : ''}`;
+      li.dataset.seq = String(m.seq);
+      li.dataset.cmid = m.client_msg_id;
+      li.dataset.state = state;
+      li.dataset.sender = m.sender_id;
+      if (readBy) li.dataset.readby = `${r.read_count}/${r.member_count}`;
+      const bubble = el('div', { class: 'bubble' });
+      if (!mine && c.type === 'group') bubble.append(el('span', { class: 'sender', color: userColor(m.sender_id) }, m.sender_id));
+      bubble.append(m.recalled ? el('p', { class: 'text' }, el('em', {}, mine ? 'You recalled this message' : 'This message was recalled'))
+        : el('p', { class: 'text' }, text || '(attachment)'));
+      const meta = el('span', { class: 'meta' }, el('time', { datetime: new Date(m.created_at).toISOString() }, clock(m.created_at)));
+      // Ticks: every state in direct chats; in groups only "sending" (receipts say the rest).
+      if (mine && TICKS[state] && (c.type === 'direct' || m.pending)) {
+        meta.append(el('span', { class: `ticks ${state}`, role: 'img', 'aria-label': TICK_LABELS[state] }, TICKS[state]));
+      }
+      if (readBy && !m.recalled) meta.append(el('span', { class: 'readby' }, readBy));
+      bubble.append(meta);
+      li.append(bubble);
+      if (m.failed) {
+        li.append(el('div', { class: 'msg-actions' },
+          el('span', { class: 'error' }, `Not sent: ${m.error}`),
+          button('Retry', () => client.retrySend(m.client_msg_id)),
+          button('Discard', () => client.discardSend(m.client_msg_id))));
+      } else if (mine && !m.pending && !m.recalled) {
+        const b = button('Recall', () => recall(c.conv_id, m.seq), 'recall');
+        b.setAttribute('aria-label', `Recall your message: ${text.slice(0, 60)}`);
+        li.append(el('div', { class: 'msg-actions' }, b));
+      }
+    },
+  };
+}
+
+async function recall(convId, seq) {
+  $('chat-error').textContent = '';
+  try {
+    await client.recall(convId, seq);
+    $('composer-input').focus();
+  } catch (e) {
+    $('chat-error').textContent = `Could not recall the message: ${e.message}`;
+  }
+}
+
+async function onOpen(convId) {
+  lastReceiptFetch = 0;
+  try {
+    await client.fillGaps(convId);
+    if (client.messages(convId).length < 20 && client.hasOlder(convId)) await client.loadOlder(convId);
+  } catch { /* offline: what we have is shown */ }
+  refreshReceipts();
+}
+
+function markVisibleRead() {
+  if (openConv && document.visibilityState === 'visible' && !$('chat-view').hidden) client.markRead(openConv);
+}
+
+/** Group receipts are not pushed (only the reader gets its read event): poll them. */
+function refreshReceipts() {
+  const c = openConv && client ? client.conversation(openConv) : null;
+  if (!c || c.type !== 'group' || document.visibilityState !== 'visible') return;
+  const now = Date.now();
+  if (now - lastReceiptFetch < 1000) return;
+  lastReceiptFetch = now;
+  const seqs = client.messages(c.conv_id)
+    .filter((m) => m.sender_id === session.userId && !m.pending && !m.recalled)
+    .map((m) => m.seq)
+    .filter((seq) => { const r = client.receipts(c.conv_id, seq); return !r || r.read_count < r.member_count; })
+    .slice(-5);
+  if (seqs.length) client.refreshReceipts(c.conv_id, seqs);
+}
+
+// ---- input ----
+
+function bindApp() {
+  window.addEventListener('hashchange', route);
+  window.addEventListener('popstate', route);
+  document.addEventListener('visibilitychange', () => {
+    render();
+    refreshReceipts();
+  });
+  $('signout').addEventListener('click', () => signOut());
+  $('notice-action').addEventListener('click', () => {
+    $('notice').hidden = true;
+    client?.start();
+  });
+  $('back').addEventListener('click', closeConversation);
+  $('load-older').addEventListener('click', async () => {
+    try {
+      await client.loadOlder(openConv);
+    } catch (e) {
+      $('chat-error').textContent = `Could not load messages: ${e.message}`;
+    }
+  });
+
+  const list = $('conv-list');
+  list.addEventListener('click', (e) => {
+    const b = e.target.closest('button.conv');
+    if (b) {
+      focusComposer = true;
+      openConversation(b.dataset.conv);
+    }
+  });
+  list.addEventListener('keydown', (e) => {
+    const buttons = [...list.querySelectorAll('button.conv')];
+    const i = buttons.indexOf(document.activeElement);
+    if (i < 0) return;
+    const to = { ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: buttons.length - 1 }[e.key];
+    if (to === undefined) return;
+    e.preventDefault();
+    buttons[Math.max(0, Math.min(buttons.length - 1, to))].focus();
+  });
+
+  $('chat-view').addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && !e.defaultPrevented) {
+      e.preventDefault();
+      closeConversation();
+    }
+  });
+
+  const input = $('composer-input');
+  let swallowBreak = false;
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      swallowBreak = true;
+      $('composer').requestSubmit();
+    }
+  });
+  input.addEventListener('keyup', () => { swallowBreak = false; });
+  input.addEventListener('beforeinput', (e) => {
+    if (swallowBreak && (e.inputType === 'insertLineBreak' || e.inputType === 'insertParagraph')) e.preventDefault();
+  });
+  input.addEventListener('input', () => {
+    if (openConv) drafts.set(openConv, input.value);
+    autosize();
+  });
+  $('composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = input.value.trim();
+    if (!text || !openConv) return;
+    client.send(openConv, text);
+    drafts.delete(openConv);
+    input.value = '';
+    autosize();
+    input.focus();
+  });
+
+  bindNewChat();
+}
+
+function autosize() {
+  const input = $('composer-input');
+  input.style.height = 'auto';
+  input.style.height = `${Math.min(input.scrollHeight, 160)}px`;
+}
+
+function bindNewChat() {
+  const dialog = $('new-dialog');
+  const kind = () => dialog.querySelector('input[name=kind]:checked').value;
+  const sync = () => {
+    const group = kind() === 'group';
+    $('direct-fields').hidden = group;
+    $('group-fields').hidden = !group;
+  };
+  $('new-chat').addEventListener('click', () => {
+    $('new-form').reset();
+    $('new-error').textContent = '';
+    sync();
+    dialog.showModal();
+    $('new-peer').focus();
+  });
+  for (const r of dialog.querySelectorAll('input[name=kind]')) r.addEventListener('change', sync);
+  $('new-cancel').addEventListener('click', () => dialog.close());
+  $('new-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    $('new-error').textContent = '';
+    try {
+      let c;
+      if (kind() === 'direct') {
+        const peer = $('new-peer').value.trim();
+        if (!peer) throw new Error('enter the user id of the person to chat with');
+        c = await client.createDirect(peer);
+      } else {
+        const name = $('new-group-name').value.trim();
+        const members = $('new-members').value.split(/[\s,]+/).filter(Boolean);
+        c = await client.createGroup(name, members);
+      }
+      dialog.close();
+      openConversation(c.conv_id);
+      $('composer-input').focus();
+    } catch (err) {
+      $('new-error').textContent = err.code === 404 ? `No such user: ${err.message.replace(/^not found: user /, '')}` : `Could not start it: ${err.message}`;
+    }
+  });
+}
+
+// ---- small DOM and time helpers ----
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else if (k === 'color' || k === 'background') e.style[k] = v; // CSSOM: allowed by the CSP
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== '' && c != null) e.append(c);
+  return e;
+}
+
+function button(label, onClick, cls = 'ghost small') {
+  const b = el('button', { type: 'button', class: cls }, label);
+  b.addEventListener('click', onClick);
+  return b;
+}
+
+function avatar(name) {
+  return el('span', { class: 'avatar', 'aria-hidden': 'true', background: userColor(name) }, (name[0] ?? '?').toUpperCase());
+}
+
+function userColor(name) {
+  let h = 0;
+  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+  return `hsl(${h % 360} 55% 42%)`;
+}
+
+function dayKey(ms) {
+  const d = new Date(ms);
+  return `${d.getFullYear()}-${d.getMonth() + 1}-${d.getDate()}`;
+}
+
+function dayLabel(ms) {
+  const d = new Date(ms);
+  const today = new Date();
+  const yesterday = new Date(today.getFullYear(), today.getMonth(), today.getDate() - 1);
+  if (dayKey(ms) === dayKey(today.getTime())) return 'Today';
+  if (dayKey(ms) === dayKey(yesterday.getTime())) return 'Yesterday';
+  return d.toLocaleDateString(undefined, { weekday: 'long', day: 'numeric', month: 'long', year: d.getFullYear() === today.getFullYear() ? undefined : 'numeric' });
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
+}
+
+function shortTime(ms) {
+  const now = Date.now();
+  if (dayKey(ms) === dayKey(now)) return clock(ms);
+  if (now - ms < 6 * 86400000) return new Date(ms).toLocaleDateString(undefined, { weekday: 'short' });
+  return new Date(ms).toLocaleDateString(undefined, { day: 'numeric', month: 'short' });
+}

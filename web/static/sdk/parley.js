@@ -1,0 +1,755 @@
+// Parley reference JavaScript SDK.
+//
+// Import this module (it re-exports ./state.js); there are no other dependencies. It runs in
+// a browser as is (the web client imports it) and in Node 20+ when given a WebSocket
+// constructor (or transport "longpoll") and a storage. The wire contract is docs/protocol.md;
+// this follows its section 8.5 ("a client's sync loop"):
+//
+//   - ChatState (in state.js) is the pure, synchronous model: conversations, messages merged
+//     by (conv_id, seq), read positions applied with max, the outbox of unacknowledged sends
+//     and the user's sync cursor. It does no I/O, so it is unit-tested on its own.
+//   - ParleyClient does the I/O: a snapshot for a new device, then a WebSocket opened with
+//     ?cursor= (or an HTTP long-poll loop when WebSocket is unavailable or forced), reconnects
+//     with exponential backoff and jitter, re-sends every unacknowledged message with its
+//     original client_msg_id, and keeps the cursor, together with the state it describes, in
+//     localStorage (or any storage given to it).
+//
+// The state and its cursor are saved as one value, so a saved cursor never runs ahead of the
+// saved state: after a reload the client resumes from the cursor and replays are harmless.
+
+import { ChatState, ContentType, backoffDelay, sendOutcome } from './state.js';
+
+export * from './state.js';
+
+/** An error from the server ({code, error}) or from the network (code 0). */
+export class ParleyError extends Error {
+  constructor(code, message, retryAfter = 0) {
+    super(message);
+    this.name = 'ParleyError';
+    this.code = code;
+    this.retryAfter = retryAfter;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage.
+
+/** Saves state in localStorage (the browser default). */
+export function localStorageAdapter(ls = globalThis.localStorage) {
+  return {
+    async load(key) {
+      const s = ls.getItem(key);
+      return s ? JSON.parse(s) : null;
+    },
+    async save(key, value) {
+      ls.setItem(key, JSON.stringify(value));
+    },
+    async remove(key) {
+      ls.removeItem(key);
+    },
+  };
+}
+
+/** Keeps state in memory only (Node, tests, private windows without storage). */
+export function memoryStorage() {
+  const m = new Map();
+  return {
+    async load(key) { return m.has(key) ? JSON.parse(m.get(key)) : null; },
+    async save(key, value) { m.set(key, JSON.stringify(value)); },
+    async remove(key) { m.delete(key); },
+  };
+}
+
+function defaultStorage() {
+  try {
+    if (globalThis.localStorage) {
+      const k = '__parley_probe__';
+      globalThis.localStorage.setItem(k, '1');
+      globalThis.localStorage.removeItem(k);
+      return localStorageAdapter();
+    }
+  } catch { /* storage disabled */ }
+  return memoryStorage();
+}
+
+// ---------------------------------------------------------------------------------------------
+// ParleyClient: the I/O.
+
+/**
+ * A connected client for one user's device.
+ *
+ * Events (EventTarget): "change" (detail.convs: Set of changed conv_ids), "status"
+ * (detail: {status, transport}; status is "connecting", "online" or "offline"), "autherror"
+ * (the token was refused: the client stopped), "replaced" (another connection of the same
+ * device took over: the client stopped).
+ */
+export class ParleyClient extends EventTarget {
+  /**
+   * @param {object} o
+   * @param {string} o.token        the device token (section 3)
+   * @param {string} [o.userId]     the user the token belongs to (tokens are opaque)
+   * @param {string} [o.baseURL]    default: the page's origin
+   * @param {"auto"|"websocket"|"longpoll"} [o.transport] "auto" uses WebSocket when it works
+   * @param {object} [o.storage]    {load, save, remove} (async); default localStorage
+   * @param {string} [o.storageKey] default "parley:<userId>"
+   * @param {object} [o.backoff]    {base, max} in ms (default 250, 10000)
+   */
+  constructor(o) {
+    super();
+    this.token = o.token;
+    this.userId = o.userId ?? '';
+    this.baseURL = (o.baseURL ?? globalThis.location?.origin ?? '').replace(/\/+$/, '');
+    this.transport = o.transport ?? 'auto';
+    this.storage = o.storage ?? defaultStorage();
+    this.storageKey = o.storageKey ?? `parley:${this.userId}`;
+    this.WebSocketImpl = o.WebSocket ?? globalThis.WebSocket;
+    this.fetchImpl = o.fetch ?? ((...a) => globalThis.fetch(...a));
+    this.backoff = { base: 250, max: 10000, ...(o.backoff ?? {}) };
+    this.recent = o.recent ?? 30;
+    this.pollWait = o.pollWait ?? 25;
+    this.requestTimeout = o.requestTimeout ?? 15000;
+    // A browser never shows the server's WebSocket pings to the page, so a connection that
+    // died silently (no close) is found by pinging: a ping with no reply within
+    // requestTimeout closes the socket and the client reconnects.
+    this.heartbeat = o.heartbeat ?? 25000;
+    this.saveDelay = o.saveDelay ?? 150;
+    this.state = new ChatState(this.userId);
+    this.status = 'offline';
+    this.mode = '';
+    this.stats = { snapshots: 0, connects: 0, resent: 0, gaps: 0, fallbacks: 0 };
+    this._stopped = true;
+    this._ws = null;
+    this._inflight = new Map(); // frame id -> {resolve, reject, timer}
+    this._frameSeq = 0;
+    this._attempt = 0;
+    this._wsFailures = 0;
+    this._forceLongPoll = this.transport === 'longpoll';
+    this._sending = new Set(); // client_msg_ids in flight
+    this._positions = { read: new Map(), delivered: new Map() }; // conv_id -> seq to send
+    this._positionBusy = new Set(); // "kind conv_id" of positions in flight
+    this._receipts = new Map(); // conv_id -> Map(seq -> receipts)
+    this._wake = null;
+    this._saveTimer = null;
+    this._membersTimer = null;
+    this._retryTimer = null;
+    this._emitScheduled = false;
+    this._pendingChanged = new Set();
+  }
+
+  // ---- lifecycle ----
+
+  /** Loads the saved state and starts syncing. Resolves once the saved state is loaded. */
+  async start() {
+    if (!this._stopped) return;
+    this._stopped = false;
+    try {
+      const saved = await this.storage.load(this.storageKey);
+      if (saved) this.state = ChatState.fromJSON(saved, this.userId);
+    } catch { /* unreadable saved state: start fresh */ }
+    this._touch(new Set(this.state.convs.keys()));
+    this._onlineHandler = () => this._wakeUp();
+    globalThis.addEventListener?.('online', this._onlineHandler);
+    this._loop();
+  }
+
+  /** Stops syncing and saves the state. */
+  async stop() {
+    this._stopped = true;
+    globalThis.removeEventListener?.('online', this._onlineHandler);
+    this._closeSocket();
+    this._pollAbort?.abort();
+    this._wakeUp();
+    clearTimeout(this._retryTimer);
+    clearTimeout(this._membersTimer);
+    await this.saveNow();
+    this._setStatus('offline');
+  }
+
+  /** Stops and forgets this device's saved state (sign-out). */
+  async forget() {
+    await this.stop();
+    clearTimeout(this._saveTimer);
+    await this.storage.remove(this.storageKey);
+  }
+
+  // ---- reading ----
+
+  conversations() { return this.state.conversations(); }
+  conversation(convId) { return this.state.conversation(convId); }
+  messages(convId) { return this.state.messages(convId); }
+  unread(convId) { return this.state.unread(convId); }
+  peerOf(convId) { return this.state.peerOf(convId); }
+  members(convId) { return this.state.members(convId); }
+  msgState(msg) { return this.state.msgState(msg); }
+  hasOlder(convId) { return this.state.hasOlder(convId); }
+  /** Cached receipts of (convId, seq), or null: see refreshReceipts. */
+  receipts(convId, seq) { return this._receipts.get(convId)?.get(seq) ?? null; }
+
+  // ---- actions ----
+
+  /** Opens (or finds) the direct conversation with peerId. */
+  async createDirect(peerId) {
+    const b = await this._http('POST', '/v1/conversations', { type: 'direct', peer_id: peerId });
+    this.state.upsertConversation(b, { peerId });
+    this._afterChange();
+    return this.state.conversation(b.conv_id);
+  }
+
+  /** Creates a group; the caller is its owner. */
+  async createGroup(name, members, { readDetail = false } = {}) {
+    const b = await this._http('POST', '/v1/conversations', { type: 'group', name, members, read_detail: readDetail });
+    this.state.upsertConversation(b);
+    this.state.applyReadPositions({ [b.conv_id]: Object.fromEntries([this.userId, ...members].filter(Boolean).map((u) => [u, 0])) });
+    this._afterChange();
+    return this.state.conversation(b.conv_id);
+  }
+
+  /**
+   * Sends a message: it is queued (and saved) at once, shown as "sending", and sent now or on
+   * the next connection, with the same client_msg_id however often it has to be re-sent.
+   * Returns the client_msg_id.
+   */
+  send(convId, content, { contentType = ContentType.TEXT, extra = null } = {}) {
+    if (typeof content === 'string') content = { text: content };
+    const p = this.state.enqueue(convId, contentType, content, extra);
+    this._afterChange();
+    this.saveNow();
+    this._flushOutbox();
+    return p.client_msg_id;
+  }
+
+  /** Re-queues a failed send. */
+  retrySend(clientMsgId) {
+    this.state.retrySend(clientMsgId);
+    this._afterChange();
+    this._flushOutbox();
+  }
+
+  /** Drops a pending or failed send. */
+  discardSend(clientMsgId) {
+    this.state.discardSend(clientMsgId);
+    this._afterChange();
+  }
+
+  /** Recalls one of the caller's messages (section 6.4). */
+  async recall(convId, seq) {
+    await this._request('recall', { conv_id: convId, seq });
+    this.state._onRecall(convId, { seq });
+    this._afterChange();
+  }
+
+  /** Marks everything in the conversation as read (if anything is unread). */
+  markRead(convId) {
+    const c = this.state.conversation(convId);
+    if (!c || c.max_seq <= (c.read_seq ?? 0)) return false;
+    this.state.setRead(convId, c.max_seq);
+    this._positions.read.set(convId, c.max_seq);
+    this._afterChange();
+    this._flushPositions();
+    return true;
+  }
+
+  /** Loads older messages (before the oldest loaded one). */
+  async loadOlder(convId, limit = 50) {
+    const list = this.state.msgs.get(convId) ?? [];
+    const c = this.state.conversation(convId);
+    const before = list.length ? list[0].seq : (c?.max_seq ?? 0) + 1;
+    if (before <= 1) return;
+    const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?before_seq=${before}&limit=${limit}`);
+    this.state.addHistory(convId, r.messages, { before: true, hasMore: r.has_more });
+    this._afterChange();
+  }
+
+  /** Fills holes between the oldest loaded message and max_seq (after a reset, say). */
+  async fillGaps(convId) {
+    for (const [from, to] of this.state.gaps(convId)) {
+      let after = from - 1;
+      while (after < to) {
+        const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?after_seq=${after}&limit=200`);
+        if (!r.messages.length) break;
+        this.state.addHistory(convId, r.messages);
+        after = r.messages[r.messages.length - 1].seq;
+        if (!r.has_more) break;
+      }
+    }
+    this._afterChange();
+  }
+
+  /** Fetches receipts (section 7.2) for the given seqs of a conversation. */
+  async refreshReceipts(convId, seqs) {
+    let cache = this._receipts.get(convId);
+    if (!cache) this._receipts.set(convId, (cache = new Map()));
+    let changed = false;
+    await Promise.all(seqs.map(async (seq) => {
+      try {
+        const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/receipts?seq=${seq}`);
+        const old = cache.get(seq);
+        if (!old || old.read_count !== r.read_count || old.delivered_count !== r.delivered_count || old.member_count !== r.member_count) {
+          cache.set(seq, r);
+          changed = true;
+        }
+      } catch { /* a receipt is decoration: try again next time */ }
+    }));
+    if (changed) this._touch(new Set([convId]));
+  }
+
+  /** Reconnects now instead of waiting for the backoff (e.g. a "retry" button). */
+  reconnectNow() {
+    this._attempt = 0;
+    this._wakeUp();
+  }
+
+  // ---- saving ----
+
+  /** Saves the state now (the client also saves shortly after every change). */
+  async saveNow() {
+    clearTimeout(this._saveTimer);
+    this._saveTimer = null;
+    try {
+      await this.storage.save(this.storageKey, this.state.toJSON());
+    } catch { /* storage full or disabled: the server still has everything */ }
+  }
+
+  _scheduleSave() {
+    if (this._saveTimer) return;
+    this._saveTimer = setTimeout(() => this.saveNow(), this.saveDelay);
+  }
+
+  // ---- the connection loop ----
+
+  async _loop() {
+    while (!this._stopped) {
+      let err = null;
+      try {
+        this._setStatus('connecting');
+        if (!this.state.synced) await this._snapshot();
+        if (this._useWebSocket()) await this._runWebSocket();
+        else await this._runLongPoll();
+      } catch (e) {
+        err = e;
+      }
+      this._closeSocket();
+      if (this._stopped) break;
+      if (err?.code === 401) {
+        this._stopWith('autherror', err);
+        return;
+      }
+      if (err?.code === 'replaced') {
+        this._stopWith('replaced', err);
+        return;
+      }
+      if (err?.code === 409 || err?.code === 410) {
+        // The cursor cannot be served: start again from a snapshot (section 8.5, step 4).
+        this.state.synced = false;
+        if (this._attempt++ === 0) continue;
+      } else if (err?.code === 'gap') {
+        this.stats.gaps++;
+        continue; // reconnect at once from the last applied cursor
+      }
+      this._setStatus('offline');
+      await this._sleep(backoffDelay(this._attempt++, this.backoff));
+    }
+  }
+
+  _useWebSocket() {
+    return !this._forceLongPoll && typeof this.WebSocketImpl === 'function';
+  }
+
+  async _snapshot() {
+    const snap = await this._http('GET', `/v1/sync/snapshot?recent=${this.recent}`);
+    this.stats.snapshots++;
+    this.state.applySnapshot(snap, this.recent);
+    this._afterChange();
+    await this.saveNow();
+  }
+
+  _runWebSocket() {
+    return new Promise((resolve, reject) => {
+      const url = `${this.baseURL.replace(/^http/, 'ws')}/v1/ws?cursor=${this.state.cursor}&token=${encodeURIComponent(this.token)}`;
+      let ws;
+      try {
+        ws = new this.WebSocketImpl(url);
+      } catch (e) {
+        this._noteWebSocketFailure(); // a bad URL or a blocked scheme: HTTP may still work
+        reject(new ParleyError(0, `websocket: ${e.message}`));
+        return;
+      }
+      this._ws = ws;
+      this._gapClose = false;
+      let opened = false;
+      let received = false;
+      let errorPush = null;
+      let heartbeat = null;
+      ws.onopen = () => {
+        opened = true;
+        heartbeat = setInterval(() => {
+          if (this._ws === ws) this._wsCall('ping', {}).catch(() => {});
+        }, this.heartbeat);
+        this._wsFailures = 0;
+        this.mode = 'websocket';
+        this.stats.connects++;
+        this._setStatus('online');
+        this._onConnected();
+      };
+      ws.onmessage = (e) => {
+        received = true;
+        const f = parseFrame(e.data);
+        if (!f) return;
+        if (f.op === 'event' && f.event) this._ingest([f.event]);
+        else if (f.op === 'error') errorPush = f;
+        else if (typeof f.id === 'string') this._onReply(f);
+      };
+      ws.onerror = () => {}; // a close event follows
+      ws.onclose = (e) => {
+        clearInterval(heartbeat);
+        if (this._ws === ws) this._ws = null;
+        this._failInflight();
+        if (received) this._attempt = 0;
+        if (errorPush) return reject(new ParleyError(errorPush.code, errorPush.error ?? 'sync error'));
+        if (this._gapClose) return reject(new ParleyError('gap', 'cursor gap'));
+        if (e.code === 4001) return reject(new ParleyError('replaced', 'another connection of this device took over'));
+        if (e.code === 4003) return reject(new ParleyError(401, 'revoked'));
+        if (opened) return resolve();
+        // The upgrade failed. A browser does not say why, so ask over HTTP: a 401 or a bad
+        // cursor shows there; if HTTP works and WebSocket keeps failing, fall back to long-poll.
+        this._probe().then(() => {
+          // Only failures while HTTP works count: a server that is simply down is not a
+          // reason to give up on WebSocket.
+          this._noteWebSocketFailure();
+          reject(new ParleyError(0, 'websocket unavailable'));
+        }, reject);
+      };
+    });
+  }
+
+  /** Counts a WebSocket failure while HTTP works; "auto" switches to long-poll at the second. */
+  _noteWebSocketFailure() {
+    if (++this._wsFailures >= 2 && this.transport === 'auto' && !this._forceLongPoll) {
+      this._forceLongPoll = true;
+      this.stats.fallbacks++;
+    }
+  }
+
+  async _probe() {
+    await this._http('GET', `/v1/sync?cursor=${this.state.cursor}&limit=1`);
+  }
+
+  async _runLongPoll() {
+    this.mode = 'longpoll';
+    for (;;) {
+      if (this._stopped) return;
+      const wait = this.status === 'online' ? this.pollWait : 0;
+      this._pollAbort = new AbortController();
+      const r = await this._http('GET', `/v1/sync?cursor=${this.state.cursor}&limit=500&wait=${wait}`, undefined,
+        { timeout: (wait + 15) * 1000, signal: this._pollAbort.signal });
+      this._attempt = 0;
+      if (this.status !== 'online') {
+        this.stats.connects++;
+        this._setStatus('online');
+        this._onConnected();
+      }
+      this._ingest(r.events ?? []);
+    }
+  }
+
+  _onConnected() {
+    this._flushOutbox();
+    this._flushPositions();
+  }
+
+  /** Applies a batch of events in order, stopping at a gap. */
+  _ingest(events) {
+    for (const ev of events) {
+      const r = this.state.applyEvent(ev);
+      if (r === 'gap') {
+        // Events are missing: drop this connection and resume from the last applied cursor
+        // (the server replays everything after it).
+        if (this._ws) {
+          this._gapClose = true;
+          this._ws.close(4000, 'gap');
+        } else {
+          this.stats.gaps++; // long-poll: the next poll starts from the last applied cursor
+        }
+        break;
+      }
+    }
+    this._afterChange();
+  }
+
+  _afterChange() {
+    for (const e of this.state.takeEffects()) this._effect(e);
+    const changed = this.state.takeChanged();
+    if (changed.size) {
+      this._scheduleSave();
+      this._touch(changed);
+    }
+  }
+
+  _effect(e) {
+    switch (e.type) {
+      case 'delivered': {
+        if (e.seq > (this._positions.delivered.get(e.conv_id) ?? 0)) this._positions.delivered.set(e.conv_id, e.seq);
+        queueMicrotask(() => this._flushPositions());
+        break;
+      }
+      case 'fetchConv':
+        this._fetchConv(e.conv_id);
+        break;
+      case 'members':
+        if (!this._membersTimer) this._membersTimer = setTimeout(() => this._fetchMembers(), 50);
+        break;
+      default:
+        break;
+    }
+  }
+
+  async _fetchConv(convId) {
+    try {
+      const b = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}`);
+      this.state.upsertConversation(b);
+      this._afterChange();
+    } catch { /* next message tries again */ }
+  }
+
+  /** Learns who is in which conversation (the brief does not say) from read_positions. */
+  async _fetchMembers() {
+    try {
+      const snap = await this._http('GET', '/v1/sync/snapshot?recent=0');
+      this.state.applyReadPositions(snap.read_positions);
+      this._afterChange();
+    } catch { /* cosmetic */ } finally {
+      this._membersTimer = null;
+    }
+  }
+
+  // ---- sending ----
+
+  async _flushOutbox() {
+    if (this._stopped || this.status !== 'online') return;
+    const now = Date.now();
+    const due = this.state.outbox.filter((p) => p.state === 'sending' && !this._sending.has(p.client_msg_id) && !(p.retryAt > now));
+    if (!due.length) return;
+    if (this._ws && this._ws.readyState === 1) {
+      // Frames of one connection are served in order: pipeline them all.
+      await Promise.all(due.map((p) => this._sendOne(p)));
+      return;
+    }
+    if (this._flushingHTTP) return;
+    this._flushingHTTP = true;
+    try {
+      for (const p of due) {
+        if (!(await this._sendOne(p))) break; // keep the order: stop at the first failure
+      }
+    } finally {
+      this._flushingHTTP = false;
+    }
+  }
+
+  async _sendOne(p) {
+    const id = p.client_msg_id;
+    this._sending.add(id);
+    if (p.attempts) this.stats.resent++;
+    p.attempts = (p.attempts ?? 0) + 1;
+    try {
+      const body = { conv_id: p.conv_id, client_msg_id: id, content_type: p.content_type, content: p.content };
+      if (p.extra) body.extra = p.extra;
+      const ack = await this._request('send', body);
+      this.state.applyAck(id, ack);
+      this._afterChange();
+      this.saveNow();
+      return true;
+    } catch (e) {
+      const outcome = sendOutcome(e.code);
+      if (outcome === 'fail') {
+        this.state.failSend(id, e.message);
+        this._afterChange();
+        return true;
+      }
+      if (e.code === 429 || e.code >= 500) {
+        p.retryAt = Date.now() + (e.retryAfter ? e.retryAfter * 1000 : backoffDelay(p.attempts, this.backoff));
+        clearTimeout(this._retryTimer);
+        this._retryTimer = setTimeout(() => this._flushOutbox(), p.retryAt - Date.now());
+      }
+      // Network errors: the next connection re-sends it.
+      return false;
+    } finally {
+      this._sending.delete(id);
+    }
+  }
+
+  async _flushPositions() {
+    if (this._stopped || this.status !== 'online') return;
+    for (const [kind, m] of Object.entries(this._positions)) {
+      for (const [convId, seq] of [...m]) {
+        if (kind === 'delivered' && (this._positions.read.get(convId) ?? 0) >= seq) {
+          m.delete(convId); // a read raises the delivered position with it
+          continue;
+        }
+        const key = `${kind} ${convId}`;
+        if (this._positionBusy.has(key)) continue;
+        this._positionBusy.add(key);
+        let again = false;
+        this._request(kind, { conv_id: convId, seq }).then(
+          () => {
+            if (m.get(convId) === seq) m.delete(convId);
+            else again = true; // moved on while this one was in flight
+          },
+          () => { /* kept: sent again on the next connection */ },
+        ).finally(() => {
+          this._positionBusy.delete(key);
+          if (again) this._flushPositions();
+        });
+      }
+    }
+  }
+
+  // ---- requests ----
+
+  /** Runs a WebSocket op (send, read, delivered, recall) over the socket, else over HTTP. */
+  _request(op, params) {
+    if (this._ws && this._ws.readyState === 1) return this._wsCall(op, params);
+    const conv = encodeURIComponent(params.conv_id ?? '');
+    switch (op) {
+      case 'send': return this._http('POST', '/v1/messages', params);
+      case 'read': return this._http('POST', `/v1/conversations/${conv}/read`, { seq: params.seq });
+      case 'delivered': return this._http('POST', `/v1/conversations/${conv}/delivered`, { seq: params.seq });
+      case 'recall': return this._http('POST', '/v1/messages/recall', params);
+      default: return Promise.reject(new ParleyError(400, `unknown op ${op}`));
+    }
+  }
+
+  _wsCall(op, params) {
+    const ws = this._ws;
+    return new Promise((resolve, reject) => {
+      const id = String(++this._frameSeq);
+      const timer = setTimeout(() => {
+        this._inflight.delete(id);
+        reject(new ParleyError(0, `${op}: no reply`));
+        if (this._ws === ws) ws.close(4000, 'no reply'); // a stuck connection: start a new one
+      }, this.requestTimeout);
+      this._inflight.set(id, { resolve, reject, timer });
+      try {
+        ws.send(JSON.stringify({ id, op, ...params }));
+      } catch (e) {
+        clearTimeout(timer);
+        this._inflight.delete(id);
+        reject(new ParleyError(0, `${op}: ${e.message}`));
+      }
+    });
+  }
+
+  _onReply(f) {
+    const call = this._inflight.get(f.id);
+    if (!call) return;
+    this._inflight.delete(f.id);
+    clearTimeout(call.timer);
+    if (f.code === 0) call.resolve(f);
+    else {
+      if (f.code === 401) this._stopWith('autherror', new ParleyError(401, f.error));
+      call.reject(new ParleyError(f.code, f.error ?? 'error', f.retry_after ?? 0));
+    }
+  }
+
+  _failInflight() {
+    for (const [id, call] of this._inflight) {
+      clearTimeout(call.timer);
+      call.reject(new ParleyError(0, 'connection closed'));
+      this._inflight.delete(id);
+    }
+  }
+
+  async _http(method, path, body, { timeout = this.requestTimeout, signal } = {}) {
+    const ctrl = new AbortController();
+    const timer = setTimeout(() => ctrl.abort(), timeout);
+    const onAbort = () => ctrl.abort();
+    signal?.addEventListener('abort', onAbort);
+    let res;
+    let data = null;
+    try {
+      const headers = { Authorization: `Bearer ${this.token}` };
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
+      res = await this.fetchImpl(this.baseURL + path, {
+        method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: ctrl.signal, cache: 'no-store',
+      });
+      data = await res.json().catch(() => null);
+    } catch (e) {
+      throw new ParleyError(0, `network: ${e?.message ?? e}`);
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+    }
+    if (!res.ok) {
+      const err = new ParleyError(res.status, data?.error ?? `HTTP ${res.status}`, Number(res.headers.get('Retry-After')) || 0);
+      if (res.status === 401 && !this._stopped) this._stopWith('autherror', err);
+      throw err;
+    }
+    return data;
+  }
+
+  // ---- plumbing ----
+
+  _closeSocket() {
+    const ws = this._ws;
+    this._ws = null;
+    if (ws && ws.readyState <= 1) {
+      try { ws.close(1000); } catch { /* already closing */ }
+    }
+    this._failInflight();
+  }
+
+  _stopWith(type, err) {
+    if (this._stopped) return;
+    this.stop();
+    this.dispatchEvent(new CustomEventish(type, { error: err }));
+  }
+
+  _setStatus(s) {
+    if (this.status === s) return;
+    this.status = s;
+    this.dispatchEvent(new CustomEventish('status', { status: s, transport: this.mode }));
+  }
+
+  _touch(convs) {
+    for (const c of convs) this._pendingChanged.add(c);
+    if (this._emitScheduled) return;
+    this._emitScheduled = true;
+    queueMicrotask(() => {
+      this._emitScheduled = false;
+      const detail = { convs: this._pendingChanged };
+      this._pendingChanged = new Set();
+      this.dispatchEvent(new CustomEventish('change', detail));
+    });
+  }
+
+  _sleep(ms) {
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+      this._wake = done;
+    }).finally(() => { this._wake = null; });
+  }
+
+  _wakeUp() {
+    this._wake?.();
+  }
+}
+
+function parseFrame(data) {
+  try {
+    const f = JSON.parse(typeof data === 'string' ? data : new TextDecoder().decode(data));
+    return f && typeof f === 'object' ? f : null;
+  } catch {
+    return null;
+  }
+}
+
+/** CustomEvent where it exists (browsers, Node 19+), else an Event carrying detail. */
+class CustomEventish extends Event {
+  constructor(type, detail) {
+    super(type);
+    this.detail = detail;
+  }
+}
