@@ -18,6 +18,7 @@ import (
 //	c  enc(conv)                          -> conversation row (every field but the id)
 //	m  enc(conv) enc(user)                -> member row (positions, ordinal, hidden)
 //	M  enc(user) enc(conv)                -> empty: members by user, for Memberships
+//	r  enc(conv) enc(user)                -> empty: the roster of a conversation, for Members
 //	g  enc(conv) int(seq)                 -> message row (every field but conv and seq)
 //	i  enc(msg_id)                        -> enc(conv) int(seq): unique msg_id
 //	k  enc(sender) enc(client_msg_id)     -> enc(conv) int(seq): unique (sender, client_msg_id)
@@ -36,7 +37,13 @@ import (
 // The bounds key n is written by CreateUser and exists exactly when the user does, so
 // AppendEvent reads one small key (not the user row) to learn both that the user exists
 // and its last cursor, and rewrites only that key. Keys e and t, m and M, g, i and k are
-// always written and removed together: an index entry exists exactly when its row does.
+// always written and removed together, and so are m and r: an index entry exists exactly
+// when its row does.
+//
+// Members scans the roster r, never the member rows m themselves: a member row is rewritten
+// on every read-position update (and the sender's on every send), so the memtable holds many
+// versions of it and an iterator steps over every one of them, while a point read of the
+// newest version seeks straight to it. Roster entries are written once, when a member joins.
 //
 // Values are a compact binary encoding (codec.go): signed varints for integers, a uvarint
 // length before strings, and a uvarint length+1 (0 for nil) before optional byte slices,
@@ -47,6 +54,7 @@ const (
 	tConversation byte = 'c'
 	tMember       byte = 'm'
 	tMemberByUser byte = 'M'
+	tRoster       byte = 'r'
 	tMessage      byte = 'g'
 	tMsgID        byte = 'i'
 	tClientID     byte = 'k'
@@ -132,6 +140,10 @@ func convKey(b []byte, id string) []byte   { return appendStr(append(b, tConvers
 
 func memberKey(b []byte, conv, user string) []byte {
 	return appendStr(appendStr(append(b, tMember), conv), user)
+}
+
+func rosterKey(b []byte, conv, user string) []byte {
+	return appendStr(appendStr(append(b, tRoster), conv), user)
 }
 
 func memberByUserKey(b []byte, user, conv string) []byte {

@@ -313,29 +313,29 @@ func (r readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	if err := t.check(ctx); err != nil {
 		return nil, err
 	}
-	prefix := appendStr([]byte{tMember}, convID)
+	prefix := appendStr([]byte{tRoster}, convID)
 	it, err := t.iter(prefix, prefixEnd(prefix))
 	if err != nil {
 		return nil, err
 	}
-	var ms []store.Member
+	var users []string
 	for valid := it.First(); valid; valid = it.Next() {
 		user, _, err := readStr(it.Key()[len(prefix):])
 		if err != nil {
-			return nil, errors.Join(corrupt(err, "members of conversation %q", convID), it.Close())
+			return nil, errors.Join(corrupt(err, "roster of conversation %q", convID), it.Close())
 		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err), it.Close())
-		}
-		m, err := decodeMember(v, convID, user)
-		if err != nil {
-			return nil, errors.Join(corrupt(err, "member %q of conversation %q", user, convID), it.Close())
-		}
-		ms = append(ms, m)
+		users = append(users, user)
 	}
 	if err := closeIter(it); err != nil {
 		return nil, err
+	}
+	ms := make([]store.Member, 0, len(users))
+	for _, user := range users {
+		m, err := r.Member(ctx, convID, user)
+		if err != nil {
+			return nil, err // a roster entry without its row is corrupt, not "not found"
+		}
+		ms = append(ms, m)
 	}
 	slices.SortFunc(ms, func(a, b store.Member) int {
 		return cmp.Or(cmp.Compare(a.Ordinal, b.Ordinal), cmp.Compare(a.UserID, b.UserID))
@@ -403,9 +403,13 @@ func (w writeTx) PutMember(ctx context.Context, m store.Member) error {
 		return err
 	}
 	if found {
-		return nil // the index entry is there already
+		return nil // the index entries are there already
 	}
-	return t.set(ik, nil, nil, false)
+	if err := t.set(ik, nil, nil, false); err != nil {
+		return err
+	}
+	t.key = rosterKey(t.key[:0], m.ConvID, m.UserID)
+	return t.set(t.key, nil, nil, false)
 }
 
 // DeleteMember implements store.MemberWriter.
@@ -428,7 +432,11 @@ func (w writeTx) DeleteMember(ctx context.Context, convID, userID string) error 
 	if err := t.del(mk, prev); err != nil {
 		return err
 	}
-	return t.del(ik, nil)
+	if err := t.del(ik, nil); err != nil {
+		return err
+	}
+	t.key = rosterKey(t.key[:0], convID, userID)
+	return t.del(t.key, nil)
 }
 
 // Message implements store.MessageReader.
