@@ -63,6 +63,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/groupcommit"
 )
 
 // DirName is the directory inside Options.Dir that holds Pebble's files. Back it up with
@@ -150,10 +151,10 @@ func pebbleOptions(o Options, cache *pebble.Cache) *pebble.Options {
 type Store struct {
 	db         *pebble.DB
 	w          *writer
-	reqs       chan *request
+	q          *groupcommit.Queue
 	writerDone chan struct{}
 
-	// mu guards sending on reqs and starting a View against Close: both hold it shared.
+	// mu guards starting a View against Close: Views hold it shared.
 	mu     sync.RWMutex
 	closed atomic.Bool // set once, under mu
 	views  sync.WaitGroup
@@ -214,17 +215,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:         db,
-		reqs:       make(chan *request, 4*opts.MaxBatch),
+		q:          groupcommit.NewQueue(opts.MaxBatch, unavailable("update")),
 		writerDone: make(chan struct{}),
 	}
 	s.cur = s.newReadState()
 	s.w = &writer{
-		db: db, sync: sync, maxBatch: opts.MaxBatch, onCommit: opts.OnCommit,
+		db: db, sync: sync, onCommit: opts.OnCommit,
 		publish: s.publish, failed: &s.failed,
 	}
 	go func() {
 		defer close(s.writerDone)
-		s.w.run(s.reqs)
+		s.q.Run(s.w.commit)
 	}()
 	return s, nil
 }
@@ -296,25 +297,10 @@ func (s *Store) publish() {
 // If ctx ends before the writer reaches the request, Update returns ctx.Err() and fn never
 // runs; once fn has started, Update waits for the commit and reports its outcome.
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if err := s.failedErr(); err != nil {
 		return err
 	}
-	r := &request{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
-	if err := s.enqueue(ctx, r); err != nil {
-		return err
-	}
-	select {
-	case out := <-r.done:
-		return out.result()
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(pending, abandoned) {
-			return ctx.Err()
-		}
-		return (<-r.done).result()
-	}
+	return s.q.Submit(ctx, fn)
 }
 
 // failedErr returns the commit failure that made the store unusable, if any.
@@ -323,21 +309,6 @@ func (s *Store) failedErr() error {
 		return *p
 	}
 	return nil
-}
-
-// enqueue hands r to the writer unless the store is closed.
-func (s *Store) enqueue(ctx context.Context, r *request) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed.Load() {
-		return unavailable("update")
-	}
-	select {
-	case s.reqs <- r:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // View implements store.Store. fn reads the snapshot of the last commit that returned
@@ -377,7 +348,7 @@ func (s *Store) Close() error {
 		return unavailable("close")
 	}
 	s.closed.Store(true)
-	close(s.reqs)
+	s.q.Close()
 	s.mu.Unlock()
 	<-s.writerDone
 	s.views.Wait()

@@ -318,7 +318,7 @@ func queueInOrder(t *testing.T, s *Store, fns ...func(tx store.Tx) error) []chan
 			}()
 			results[i] <- s.Update(t.Context(), fn)
 		}()
-		waitFor(t, "the Update to queue", func() bool { return len(s.reqs) == i+1 })
+		waitFor(t, "the Update to queue", func() bool { return s.q.Waiting() == i+1 })
 	}
 	return results
 }
@@ -544,7 +544,7 @@ func TestGroupCommitBatches(t *testing.T) {
 			})
 		}()
 	}
-	waitFor(t, "the Updates to queue", func() bool { return len(s.reqs) == queued })
+	waitFor(t, "the Updates to queue", func() bool { return s.q.Waiting() == queued })
 	close(release)
 	if err := <-held; err != nil {
 		t.Fatal(err)
@@ -613,7 +613,7 @@ func TestMaxBatchCapsBatches(t *testing.T) {
 	for range 10 {
 		go func() { results <- s.Update(t.Context(), func(store.Tx) error { return nil }) }()
 	}
-	waitFor(t, "the Updates to queue", func() bool { return len(s.reqs) == 10 })
+	waitFor(t, "the Updates to queue", func() bool { return s.q.Waiting() == 10 })
 	close(release)
 	<-held
 	for range 10 {
@@ -635,7 +635,7 @@ func TestCanceledRequestIsSkipped(t *testing.T) {
 	go func() {
 		result <- s.Update(ctx, func(store.Tx) error { ran <- struct{}{}; return nil })
 	}()
-	waitFor(t, "the Update to queue", func() bool { return len(s.reqs) == 1 })
+	waitFor(t, "the Update to queue", func() bool { return s.q.Waiting() == 1 })
 	cancel()
 	if err := <-result; !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled Update = %v, want context.Canceled", err)
@@ -715,7 +715,7 @@ func TestCloseDrainsQueuedUpdates(t *testing.T) {
 			})
 		}()
 	}
-	waitFor(t, "the Updates to queue", func() bool { return len(s.reqs) == 5 })
+	waitFor(t, "the Updates to queue", func() bool { return s.q.Waiting() == 5 })
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	waitFor(t, "Close to start", func() bool { return s.closed.Load() })

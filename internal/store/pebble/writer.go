@@ -3,7 +3,6 @@
 package pebble
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,44 +13,13 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/groupcommit"
 )
-
-// Request states. A request is claimed by the writer or abandoned by its caller, never
-// both, so an Update that returns ctx.Err() is sure its fn never ran.
-const (
-	pending int32 = iota
-	claimed
-	abandoned
-)
-
-// request is one Update waiting for the writer.
-type request struct {
-	ctx   context.Context
-	fn    func(store.Tx) error
-	state atomic.Int32
-	done  chan outcome // buffered(1): the writer never blocks answering
-}
-
-// outcome is the writer's answer to one request.
-type outcome struct {
-	err      error
-	panicked bool
-	panicVal any // fn's panic, re-raised on the caller's goroutine
-}
-
-// result returns the request's error, re-raising fn's panic on the caller's goroutine.
-func (o outcome) result() error {
-	if o.panicked {
-		panic(o.panicVal)
-	}
-	return o.err
-}
 
 // writer owns the write path. Only the writer goroutine touches its fields after Open.
 type writer struct {
 	db       *pebble.DB
 	sync     *pebble.WriteOptions
-	maxBatch int
 	onCommit func(batch int, d time.Duration)
 	publish  func()                 // installs the snapshot Views read; see Store.publish
 	failed   *atomic.Pointer[error] // set on a commit failure, read by the Store too
@@ -60,64 +28,17 @@ type writer struct {
 	bufs txnBufs // scratch buffers handed from one request's txn to the next
 }
 
-// run serves requests until reqs is closed and drained.
-func (w *writer) run(reqs <-chan *request) {
-	batch := make([]*request, 0, w.maxBatch)
-	for first := range reqs {
-		batch = fill(append(batch[:0], first), reqs, w.maxBatch)
-		w.commit(claim(batch))
-		clear(batch) // drop references to answered requests
-	}
-}
-
-// fill appends every request already queued, up to max: the batch is whatever arrived
-// while the previous commit was syncing, so batches grow exactly when the disk is the
-// bottleneck and a lone request never waits for company.
-func fill(batch []*request, reqs <-chan *request, max int) []*request {
-	for len(batch) < max {
-		select {
-		case r, ok := <-reqs:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// claim keeps the requests whose callers still wait, answering those whose context ended.
-func claim(batch []*request) []*request {
-	live := batch[:0]
-	for _, r := range batch {
-		if !r.state.CompareAndSwap(pending, claimed) {
-			continue // abandoned: its caller has returned
-		}
-		if err := r.ctx.Err(); err != nil {
-			r.done <- outcome{err: err}
-			continue
-		}
-		live = append(live, r)
-	}
-	return live
-}
-
 // commit runs every request of the batch against one indexed batch, commits it with one
-// WAL write (and one fsync unless relaxed), publishes the new state to Views, and answers
-// every request.
-func (w *writer) commit(batch []*request) {
-	if len(batch) == 0 {
-		return
-	}
+// WAL write (and one fsync unless relaxed) and publishes the new state to Views. It returns
+// each request's outcome and, if the batch did not commit, why (groupcommit.Queue.Run
+// answers the requests).
+func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, error) {
 	if p := w.failed.Load(); p != nil {
-		w.answerAll(batch, nil, *p)
-		return
+		return nil, *p
 	}
 	start := time.Now()
 	b := w.db.NewIndexedBatch()
-	outs := make([]outcome, len(batch))
+	outs := make([]groupcommit.Outcome, len(batch))
 	var broken error
 	for i, r := range batch {
 		if outs[i], broken = w.runOne(b, r); broken != nil {
@@ -128,8 +49,7 @@ func (w *writer) commit(batch []*request) {
 		// An undo could not be applied: the batch no longer matches any set of fns, so
 		// none of it is committed. Pebble itself is fine.
 		_ = b.Close()
-		w.answerAll(batch, outs, broken)
-		return
+		return outs, broken
 	}
 	if !b.Empty() {
 		if err := w.apply(b); err != nil {
@@ -137,8 +57,7 @@ func (w *writer) commit(batch []*request) {
 			// may even be in the memtable: refuse everything from now on. The batch is
 			// not closed, as Pebble may still reference it.
 			w.failed.Store(&err)
-			w.answerAll(batch, outs, err)
-			return
+			return outs, err
 		}
 		w.publish()
 	}
@@ -146,7 +65,7 @@ func (w *writer) commit(batch []*request) {
 	if w.onCommit != nil {
 		w.onCommit(len(batch), time.Since(start))
 	}
-	w.answerAll(batch, outs, nil)
+	return outs, nil
 }
 
 // apply commits b, turning Pebble's fatal commit error (our logger's Fatalf panics, see
@@ -166,45 +85,19 @@ func (w *writer) apply(b *pebble.Batch) (err error) {
 // runOne runs one request's fn against the shared batch; if fn fails or panics, it
 // replays the request's undo log so that the batch is as the previous request left it.
 // broken reports an undo that could not be applied.
-func (w *writer) runOne(b *pebble.Batch, r *request) (out outcome, broken error) {
+func (w *writer) runOne(b *pebble.Batch, r *groupcommit.Request) (out groupcommit.Outcome, broken error) {
 	w.undo.reset()
 	t := &txn{r: b, b: b, undo: &w.undo, txnBufs: w.bufs}
-	out = call(r, writeTx{readTx{t}})
+	out = r.Call(writeTx{readTx{t}})
 	t.ended.Store(true)
 	w.bufs = t.txnBufs // keep grown buffers for the next request
-	if out.err == nil && !out.panicked {
+	if !out.Failed() {
 		return out, nil
 	}
 	if err := w.undo.rollback(b); err != nil {
 		return out, fmt.Errorf("%w: pebble: undo a failed update: %w", store.ErrUnavailable, err)
 	}
 	return out, nil
-}
-
-// call runs fn, catching a panic so that one bad fn cannot kill the writer goroutine.
-func call(r *request, tx store.Tx) (out outcome) {
-	defer func() {
-		if v := recover(); v != nil {
-			out = outcome{panicked: true, panicVal: v}
-		}
-	}()
-	return outcome{err: r.fn(tx)}
-}
-
-// answerAll answers every request of the batch. With failed set, the batch did not
-// commit: a request whose fn failed still gets its own error (its writes were undone
-// anyway), every other one gets failed.
-func (w *writer) answerAll(batch []*request, outs []outcome, failed error) {
-	for i, r := range batch {
-		var out outcome
-		if outs != nil {
-			out = outs[i]
-		}
-		if failed != nil && out.err == nil && !out.panicked {
-			out.err = failed
-		}
-		r.done <- out
-	}
 }
 
 // undoLog records, for every write of the running request, the key and what it held

@@ -21,13 +21,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/groupcommit"
 )
 
 // FileName is the name of the database file inside Options.Dir. SQLite keeps its
@@ -80,15 +79,11 @@ func (o Options) withDefaults() (Options, error) {
 // Store is the SQLite backend. It is safe for concurrent use.
 type Store struct {
 	w          *writer
-	reqs       chan *request
+	q          *groupcommit.Queue
 	writerDone chan struct{}
 
 	rdb    *sql.DB
 	readSt *statements
-
-	// mu guards sending on reqs against Close closing it: senders hold it shared.
-	mu     sync.RWMutex
-	closed atomic.Bool // set once, under mu
 }
 
 var _ store.Store = (*Store)(nil)
@@ -117,14 +112,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		w:          w,
-		reqs:       make(chan *request, 4*opts.MaxBatch),
+		q:          groupcommit.NewQueue(opts.MaxBatch, unavailable("update")),
 		writerDone: make(chan struct{}),
 		rdb:        rdb,
 		readSt:     readSt,
 	}
 	go func() {
 		defer close(s.writerDone)
-		w.run(s.reqs)
+		s.q.Run(w.commit)
 	}()
 	return s, nil
 }
@@ -148,7 +143,7 @@ func openWriter(ctx context.Context, path string, opts Options) (*writer, error)
 	if err != nil {
 		return nil, errors.Join(err, conn.Close(), db.Close())
 	}
-	return &writer{db: db, conn: conn, st: st, maxBatch: opts.MaxBatch, onCommit: opts.OnCommit}, nil
+	return &writer{db: db, conn: conn, st: st, onCommit: opts.OnCommit}, nil
 }
 
 // openReaders opens the query-only pool and prepares the read statements on it.
@@ -198,51 +193,13 @@ func dsn(path string, opts Options, readOnly bool) string {
 // If ctx ends before the writer reaches the request, Update returns ctx.Err() and fn never
 // runs; once fn has started, Update waits for the commit and reports its outcome.
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &request{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
-	if err := s.enqueue(ctx, r); err != nil {
-		return err
-	}
-	select {
-	case out := <-r.done:
-		return out.result()
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(pending, abandoned) {
-			return ctx.Err()
-		}
-		return (<-r.done).result()
-	}
-}
-
-// enqueue hands r to the writer unless the store is closed.
-func (s *Store) enqueue(ctx context.Context, r *request) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed.Load() {
-		return unavailable("update")
-	}
-	select {
-	case s.reqs <- r:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// result returns the request's error, re-raising fn's panic on the caller's goroutine.
-func (o outcome) result() error {
-	if o.panicked {
-		panic(o.panicVal)
-	}
-	return o.err
+	return s.q.Submit(ctx, fn)
 }
 
 // View implements store.Store. The read transaction is deferred: its snapshot is taken
 // at fn's first read and holds until fn returns; fn's error is returned unchanged.
 func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error {
-	if s.closed.Load() {
+	if s.q.Closed() {
 		return unavailable("view")
 	}
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -256,14 +213,9 @@ func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error 
 // Close implements store.Store. It stops accepting Updates, lets the writer finish every
 // Update already queued, then closes the connections.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
+	if !s.q.Close() {
 		return unavailable("close")
 	}
-	s.closed.Store(true)
-	close(s.reqs)
-	s.mu.Unlock()
 	<-s.writerDone
 	return errors.Join(s.w.close(), s.readSt.close(), s.rdb.Close())
 }

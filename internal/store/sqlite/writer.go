@@ -9,30 +9,8 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/groupcommit"
 )
-
-// Request states. A request is claimed by the writer or abandoned by its caller, never
-// both, so an Update that returns ctx.Err() is sure its fn never ran.
-const (
-	pending int32 = iota
-	claimed
-	abandoned
-)
-
-// request is one Update waiting for the writer.
-type request struct {
-	ctx   context.Context
-	fn    func(store.Tx) error
-	state atomic.Int32
-	done  chan outcome // buffered(1): the writer never blocks answering
-}
-
-// outcome is the writer's answer to one request.
-type outcome struct {
-	err      error
-	panicked bool
-	panicVal any // fn's panic, re-raised on the caller's goroutine
-}
 
 // writer owns the only read-write connection and the statements prepared on it. Only the
 // writer goroutine touches its fields after Open.
@@ -40,7 +18,6 @@ type writer struct {
 	db       *sql.DB
 	conn     *sql.Conn
 	st       *statements
-	maxBatch int
 	onCommit func(batch int, d time.Duration)
 
 	// broken is the first ErrUnavailable of the current batch: once set, SQLite may
@@ -48,63 +25,16 @@ type writer struct {
 	broken error
 }
 
-// run serves requests until reqs is closed and drained.
-func (w *writer) run(reqs <-chan *request) {
-	batch := make([]*request, 0, w.maxBatch)
-	for first := range reqs {
-		batch = fill(append(batch[:0], first), reqs, w.maxBatch)
-		w.commit(claim(batch))
-		clear(batch) // drop references to answered requests
-	}
-}
-
-// fill appends every request already queued, up to max: the batch is whatever arrived
-// while the previous commit was syncing, so batches grow exactly when the disk is the
-// bottleneck and a lone request never waits for company.
-func fill(batch []*request, reqs <-chan *request, max int) []*request {
-	for len(batch) < max {
-		select {
-		case r, ok := <-reqs:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// claim keeps the requests whose callers still wait, answering those whose context ended.
-func claim(batch []*request) []*request {
-	live := batch[:0]
-	for _, r := range batch {
-		if !r.state.CompareAndSwap(pending, claimed) {
-			continue // abandoned: its caller has returned
-		}
-		if err := r.ctx.Err(); err != nil {
-			r.done <- outcome{err: err}
-			continue
-		}
-		live = append(live, r)
-	}
-	return live
-}
-
 // commit runs the batch in one transaction: each request in its own savepoint, then one
-// COMMIT (one fsync) for all, then answers every request.
-func (w *writer) commit(batch []*request) {
-	if len(batch) == 0 {
-		return
-	}
+// COMMIT (one fsync) for all. It returns each request's outcome and, if the batch did not
+// commit, why (groupcommit.Queue.Run answers the requests).
+func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, error) {
 	start := time.Now()
 	w.broken = nil
 	if _, err := w.st[stBegin].Exec(); err != nil {
-		w.answerAll(batch, nil, batchError(err, "begin batch"))
-		return
+		return nil, batchError(err, "begin batch")
 	}
-	outs := make([]outcome, len(batch))
+	outs := make([]groupcommit.Outcome, len(batch))
 	for i, r := range batch {
 		if outs[i] = w.runOne(r); w.broken != nil {
 			break
@@ -117,26 +47,25 @@ func (w *writer) commit(batch []*request) {
 	}
 	if w.broken != nil {
 		_, _ = w.st[stRollback].Exec() // fails harmlessly if SQLite already rolled back
-		w.answerAll(batch, outs, w.broken)
-		return
+		return outs, w.broken
 	}
 	if w.onCommit != nil {
 		w.onCommit(len(batch), time.Since(start))
 	}
-	w.answerAll(batch, outs, nil)
+	return outs, nil
 }
 
 // runOne runs one request's fn inside a savepoint, undoing only its writes if it fails.
-func (w *writer) runOne(r *request) outcome {
+func (w *writer) runOne(r *groupcommit.Request) groupcommit.Outcome {
 	if _, err := w.st[stSavepoint].Exec(); err != nil {
 		w.broken = batchError(err, "savepoint")
-		return outcome{}
+		return groupcommit.Outcome{}
 	}
 	sc := &scope{w: w}
-	out := call(r, writeTx{readTx{q: sc}})
+	out := r.Call(writeTx{readTx{q: sc}})
 	sc.ended.Store(true)
 	end := stRelease
-	if out.err != nil || out.panicked {
+	if out.Failed() {
 		end = stRollbackTo
 	}
 	if _, err := w.st[end].Exec(); err != nil {
@@ -149,32 +78,6 @@ func (w *writer) runOne(r *request) outcome {
 		}
 	}
 	return out
-}
-
-// call runs fn, catching a panic so that one bad fn cannot kill the writer goroutine.
-func call(r *request, tx store.Tx) (out outcome) {
-	defer func() {
-		if v := recover(); v != nil {
-			out = outcome{panicked: true, panicVal: v}
-		}
-	}()
-	return outcome{err: r.fn(tx)}
-}
-
-// answerAll answers every request of the batch. With failed set, the batch did not
-// commit: a request whose fn failed still gets its own error (its writes were undone
-// anyway), every other one gets failed.
-func (w *writer) answerAll(batch []*request, outs []outcome, failed error) {
-	for i, r := range batch {
-		var out outcome
-		if outs != nil {
-			out = outs[i]
-		}
-		if failed != nil && out.err == nil && !out.panicked {
-			out.err = failed
-		}
-		r.done <- out
-	}
 }
 
 // batchError is the error of a failed transaction-control statement: whatever the cause,
