@@ -5,20 +5,13 @@ import (
 	"fmt"
 	"html"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 )
 
-// The HTML report is one self-contained file: inline SVG charts and a table, no script and
-// no network asset, so it opens anywhere (offline, attached to an issue, archived).
-
-// series is one line of a chart.
-type series struct {
-	name  string
-	color string
-	ys    []float64
-}
+// The HTML report is one self-contained file: tables, and charts drawn by the Apache
+// ECharts library inlined into the page (charts.go). It loads nothing from the network, so
+// it opens anywhere (offline, attached to an issue, archived).
 
 // renderHTML renders the report as a page.
 func renderHTML(r *Report) string {
@@ -29,7 +22,7 @@ func renderHTML(r *Report) string {
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1000px}
 table{border-collapse:collapse;margin:12px 0}td{padding:3px 12px 3px 0;vertical-align:top}
 td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-.bad{color:#b00;font-weight:bold}svg{display:block;margin:8px 0}pre{background:#f6f6f6;padding:8px;overflow:auto}
+.bad{color:#b00;font-weight:bold}.item{margin:8px 0}pre{background:#f6f6f6;padding:8px;overflow:auto}
 </style></head><body>
 <h1>%s</h1>
 `, html.EscapeString(title), html.EscapeString(title))
@@ -74,24 +67,31 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 	writeRunsHTML(&b, r)
 
 	if len(xs) > 0 {
-		b.WriteString("<h2>Throughput over time (per second)</h2>\n")
-		b.WriteString(svgChart(xs, "/s", []series{
-			{"operations", "#1f77b4", pick(func(p Point) float64 { return p.OpsPerSec })},
-			{"acked", "#2ca02c", pick(func(p Point) float64 { return p.AckedPerSec })},
-			{"deliveries", "#ff7f0e", pick(func(p Point) float64 { return p.DeliveriesPerSec })},
-		}))
-		b.WriteString("<h2>Latency over time (ms)</h2>\n")
-		b.WriteString(svgChart(xs, "ms", []series{
-			{"p50 " + r.Op, "#1f77b4", pick(func(p Point) float64 { return p.P50 })},
-			{"p99 " + r.Op, "#d62728", pick(func(p Point) float64 { return p.P99 })},
-			{"max " + r.Op, "#9467bd", pick(func(p Point) float64 { return p.Max })},
-			{"p99 delivery", "#ff7f0e", pick(func(p Point) float64 { return p.DeliveryP99 })},
-		}))
-		b.WriteString("<h2>Server CPU (%) and resident memory (MiB)</h2>\n")
-		b.WriteString(svgChart(xs, "", []series{
-			{"cpu %", "#8c564b", pick(func(p Point) float64 { return p.ServerCPUPct })},
-			{"rss MiB", "#17becf", pick(func(p Point) float64 { return p.ServerRSSBytes / (1 << 20) })},
-		}))
+		figs := []struct {
+			title string
+			chart chartHTML
+		}{
+			{"Throughput over time (per second)", lineChart("bench_throughput", xs, "/s", "", []series{
+				{name: "operations", color: "#1f77b4", ys: pick(func(p Point) float64 { return p.OpsPerSec })},
+				{name: "acked", color: "#2ca02c", ys: pick(func(p Point) float64 { return p.AckedPerSec })},
+				{name: "deliveries", color: "#ff7f0e", ys: pick(func(p Point) float64 { return p.DeliveriesPerSec })},
+			})},
+			{"Latency over time (ms)", lineChart("bench_latency", xs, "ms", "", []series{
+				{name: "p50 " + r.Op, color: "#1f77b4", ys: pick(func(p Point) float64 { return p.P50 })},
+				{name: "p99 " + r.Op, color: "#d62728", ys: pick(func(p Point) float64 { return p.P99 })},
+				{name: "max " + r.Op, color: "#9467bd", ys: pick(func(p Point) float64 { return p.Max })},
+				{name: "p99 delivery", color: "#ff7f0e", ys: pick(func(p Point) float64 { return p.DeliveryP99 })},
+			})},
+			{"Server CPU (%) and resident memory (MiB)", lineChart("bench_server", xs, "cpu %", "MiB", []series{
+				{name: "cpu %", color: "#8c564b", ys: pick(func(p Point) float64 { return p.ServerCPUPct })},
+				{name: "rss MiB", color: "#17becf", ys: pick(func(p Point) float64 { return p.ServerRSSBytes / (1 << 20) }), right: true},
+			})},
+		}
+		b.WriteString(echartsScript())
+		for _, f := range figs {
+			fmt.Fprintf(&b, "<h2>%s</h2>\n%s\n%s\n", html.EscapeString(f.title), f.chart.element, f.chart.script)
+		}
+		b.WriteString(chartResizeScript)
 	}
 	if len(r.ViolationSamples) > 0 {
 		b.WriteString("<h2>Violations</h2><pre>")
@@ -134,93 +134,4 @@ func writeRunsHTML(b *strings.Builder, r *Report) {
 		b.WriteString("</table>\n")
 		spreadTable("echo", e.Report)
 	}
-}
-
-// svgChart draws line series over xs (seconds) with axes, ticks and a legend.
-func svgChart(xs []float64, unit string, ss []series) string {
-	const (
-		w, h             = 900, 260
-		left, right      = 70, 20
-		top, bottom      = 14, 54
-		plotW, plotH     = w - left - right, h - top - bottom
-		xTicks, yTickMax = 8, 6
-	)
-	xmax := xs[len(xs)-1]
-	ymax := 0.0
-	for _, s := range ss {
-		for _, y := range s.ys {
-			if !math.IsNaN(y) && !math.IsInf(y, 0) {
-				ymax = max(ymax, y)
-			}
-		}
-	}
-	if ymax <= 0 {
-		ymax = 1
-	}
-	ystep := niceStep(ymax / yTickMax)
-	ymax = math.Ceil(ymax/ystep) * ystep
-	if xmax <= 0 {
-		xmax = 1
-	}
-	px := func(x float64) float64 { return left + x/xmax*plotW }
-	py := func(y float64) float64 { return top + plotH - y/ymax*plotH }
-
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-size="11" font-family="sans-serif">`, w, h, w, h)
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#ccc"/>`, left, top, plotW, plotH)
-	for y := 0.0; y <= ymax+ystep/2; y += ystep {
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>`, left, left+plotW, py(y), py(y))
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="#555">%s</text>`, left-6, py(y)+4, fmtTick(y))
-	}
-	xstep := niceStep(xmax / xTicks)
-	for x := 0.0; x <= xmax+xstep/100; x += xstep {
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#eee"/>`, px(x), px(x), top, top+plotH)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#555">%ss</text>`, px(x), top+plotH+15, fmtTick(x))
-	}
-	if unit != "" {
-		fmt.Fprintf(&b, `<text x="12" y="%d" fill="#555" transform="rotate(-90 12 %d)">%s</text>`, top+plotH/2, top+plotH/2, html.EscapeString(unit))
-	}
-	lx := float64(left)
-	for _, s := range ss {
-		var pts []string
-		for i, y := range s.ys {
-			if i < len(xs) && !math.IsNaN(y) && !math.IsInf(y, 0) {
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(xs[i]), py(y)))
-			}
-		}
-		if len(pts) == 1 {
-			fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`, strings.Split(pts[0], ",")[0], strings.Split(pts[0], ",")[1], s.color)
-		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" points="%s"/>`, s.color, strings.Join(pts, " "))
-		ly := float64(h - 12)
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="14" height="4" fill="%s"/>`, lx, ly-4, s.color)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#333">%s</text>`, lx+18, ly, html.EscapeString(s.name))
-		lx += 24 + 7*float64(len(s.name)) + 16
-	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-// niceStep rounds a raw tick step up to 1, 2 or 5 times a power of ten.
-func niceStep(raw float64) float64 {
-	if raw <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if raw <= m*p {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func fmtTick(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%gM", v/1e6)
-	case v >= 1e4:
-		return fmt.Sprintf("%gk", v/1e3)
-	}
-	return fmt.Sprintf("%g", math.Round(v*1000)/1000)
 }
