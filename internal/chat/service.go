@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
@@ -67,6 +68,8 @@ type Service struct {
 	obs    Observer
 
 	gens sync.Map // user id -> int64 token generation, cached after first use
+
+	writeFailing atomic.Bool // the last write transaction failed in the store (see Healthy)
 }
 
 // Observer receives measurements; the metrics package implements it. Methods must be cheap

@@ -33,6 +33,7 @@ func (c *clock) Advance(d time.Duration) {
 type env struct {
 	svc   *chat.Service
 	clock *clock
+	store *sqlite.Store
 }
 
 // newEnv returns a service on a fresh embedded store, with users alice, bob and carol.
@@ -49,7 +50,7 @@ func newEnv(t *testing.T) *env {
 		Store: st, Hub: hub.New(), Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")),
 		Config: chat.DefaultConfig(), Now: clk.Now,
 	})
-	e := &env{svc: svc, clock: clk}
+	e := &env{svc: svc, clock: clk, store: st}
 	for _, u := range []string{"alice", "bob", "carol"} {
 		e.user(t, u)
 	}
@@ -658,4 +659,17 @@ func TestSendValidation(t *testing.T) {
 	}
 	_, err := e.svc.Send(ctx, me("carol"), protocol.SendRequest{ConvID: conv, ClientMsgID: "x", ContentType: 1, Content: json.RawMessage(`1`)})
 	wantErr(t, err, chat.ErrForbidden)
+}
+
+func TestHealthFollowsTheStore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	conv := e.direct(t, "alice", "bob")
+	if err := e.svc.Healthy(ctx); err != nil {
+		t.Fatalf("healthy store: %v", err)
+	}
+	e.store.Close() // from now on every write fails as the store's would on a dead disk
+	_, err := e.svc.Send(ctx, me("alice"), protocol.SendRequest{ConvID: conv, ClientMsgID: "x", ContentType: 1, Content: json.RawMessage(`1`)})
+	wantErr(t, err, chat.ErrUnavailable)
+	wantErr(t, e.svc.Healthy(ctx), chat.ErrUnavailable)
 }

@@ -86,10 +86,30 @@ func (s *Service) update(ctx context.Context, op string, fn func(tx store.Tx, ob
 		return fn(tx, &ob)
 	})
 	if err != nil {
+		if !isDomain(err) && ctx.Err() == nil {
+			s.writeFailing.Store(true)
+		}
 		return s.storeErr(op, err)
 	}
+	s.writeFailing.Store(false)
 	s.publish(&ob)
 	return nil
+}
+
+// Healthy reports whether the store answers reads and the last write transaction did not
+// fail: a server whose disk is full still accepts connections, but should not be reported
+// as healthy while every send gets 503.
+func (s *Service) Healthy(ctx context.Context) error {
+	if s.writeFailing.Load() {
+		return fmt.Errorf("%w: the last write transaction failed", ErrUnavailable)
+	}
+	return s.view(ctx, "health", func(tx store.ReadTx) error {
+		_, err := tx.Conversation(ctx, "") // no such row: a cheap round trip
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
 }
 
 func (s *Service) publish(ob *outbox) {

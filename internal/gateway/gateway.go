@@ -205,8 +205,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 }
 
-// healthz answers 200 while serving (ServeHTTP answers 503 once draining).
+// healthz answers 200 while serving and the store works; 503 with the reason when the
+// store fails (ServeHTTP also answers 503 once draining).
 func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := g.svc.Healthy(r.Context()); err != nil {
+		g.writeError(w, r, err)
+		return
+	}
 	g.writeJSON(w, http.StatusOK, struct {
 		Status string `json:"status"`
 	}{"ok"})
