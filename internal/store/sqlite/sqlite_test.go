@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -266,62 +265,6 @@ func TestMaxBatchCapsBatches(t *testing.T) {
 	defer mu.Unlock()
 	if want := []int{1, 4, 4, 2}; !slices.Equal(batches, want) {
 		t.Errorf("batch sizes = %v, want %v", batches, want)
-	}
-}
-
-func TestCanceledRequestIsSkipped(t *testing.T) {
-	s := openTest(t, Options{})
-	release, held := holdWriter(t, s)
-	ctx, cancel := context.WithCancel(t.Context())
-	ran := make(chan struct{}, 1)
-	result := make(chan error, 1)
-	go func() {
-		result <- s.Update(ctx, func(store.Tx) error { ran <- struct{}{}; return nil })
-	}()
-	waitFor(t, "the Update to queue", func() bool { return s.q.Waiting() == 1 })
-	cancel()
-	if err := <-result; !errors.Is(err, context.Canceled) {
-		t.Errorf("canceled Update = %v, want context.Canceled", err)
-	}
-	close(release)
-	if err := <-held; err != nil {
-		t.Fatal(err)
-	}
-	// A later Update runs after the writer has passed the canceled request.
-	if err := s.Update(t.Context(), func(store.Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ran:
-		t.Error("fn of a canceled Update ran")
-	default:
-	}
-}
-
-func TestPanicInFnReachesCallerAndWriterSurvives(t *testing.T) {
-	s := openTest(t, Options{})
-	ctx := t.Context()
-	func() {
-		defer func() {
-			if v := recover(); v != "boom" {
-				t.Errorf("recovered %v, want the fn's panic", v)
-			}
-		}()
-		_ = s.Update(ctx, func(tx store.Tx) error {
-			if err := tx.CreateUser(ctx, store.User{ID: "ghost"}); err != nil {
-				return err
-			}
-			panic("boom")
-		})
-	}()
-	err := s.Update(ctx, func(tx store.Tx) error {
-		if _, err := tx.User(ctx, "ghost"); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("User written by a panicking fn: %v, want ErrNotFound", err)
-		}
-		return tx.CreateUser(ctx, store.User{ID: "ghost"})
-	})
-	if err != nil {
-		t.Errorf("Update after a panic: %v", err)
 	}
 }
 

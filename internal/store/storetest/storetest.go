@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Events/Cursors", testEventCursors},
 		{"Events/Prune", testEventPrune},
 		{"Update/ErrorLeavesNothing", testUpdateErrorLeavesNothing},
+		{"Update/PanicReachesCaller", testUpdatePanicReachesCaller},
 		{"Update/ExistsDoesNotAbort", testUpdateExistsDoesNotAbort},
 		{"Update/SeesEarlierUpdates", testUpdateSeesEarlier},
 		{"Update/ConcurrentAppends", testUpdateConcurrentAppends},

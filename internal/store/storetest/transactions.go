@@ -55,6 +55,35 @@ func testUpdateErrorLeavesNothing(t *testing.T, s store.Store) {
 	}
 }
 
+// testUpdatePanicReachesCaller: a panic in fn is re-raised on the caller's goroutine, what fn
+// wrote before it is undone, and the store keeps serving.
+func testUpdatePanicReachesCaller(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want the fn's panic", v)
+			}
+		}()
+		_ = s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.CreateUser(ctx, store.User{ID: "ghost"}); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+		t.Error("Update returned after its fn panicked")
+	}()
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		if _, err := tx.User(ctx, "ghost"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("User written by a panicking fn: %v, want ErrNotFound", err)
+		}
+		if _, err := tx.Cursors(ctx, "ghost"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Cursors of a user written by a panicking fn: %v, want ErrNotFound", err)
+		}
+		return tx.CreateUser(ctx, store.User{ID: "ghost"})
+	})
+}
+
 func testUpdateExistsDoesNotAbort(t *testing.T, s store.Store) {
 	createUsers(t, s, "alice")
 	update(t, s, func(ctx context.Context, tx store.Tx) error {
