@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Admin makes the operator calls of section 3 with the server's admin secret. Tests and the

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // This file holds the one-call-one-request HTTP methods (sections 5-8). None of them retries:

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 func TestBackoffFullJitter(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // deliveredQueue coalesces AutoDelivered reports: delivered is a position, not a per-message

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Error is an answer of the server that is not a success: Code is the wire code of section 4

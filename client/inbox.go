@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Inbox is a small in-memory merge of what a Client has seen: per conversation, its messages

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // frameOverhead is an upper bound on what the frame envelope ({"id","op"}) adds to a body.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // This file turns pushes into the ordered, gap-free, repeat-free stream OnEvent sees. The

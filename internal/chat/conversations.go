@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // CreateConversation creates a direct or group conversation (PROTOCOL section 5).

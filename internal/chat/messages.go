@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Send stores a message durably with its seq and one "message" event in every member's log,

@@ -3,8 +3,8 @@ package chat
 import (
 	"context"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // position says which of a member's positions an update moves.

@@ -13,8 +13,8 @@ import (
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store/sqlite"
+	"github.com/parleychat/parley/protocol"
 )
 
 // clock is a settable time source for tests of time windows.

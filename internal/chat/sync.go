@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // readPositionsLimit is the largest group whose members' read positions a snapshot lists.

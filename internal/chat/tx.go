@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // outbox collects the sync events a transaction appends, so that they are published to the

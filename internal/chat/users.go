@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 const maxNameLen = 256

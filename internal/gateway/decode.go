@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/parleychat/parley/internal/chat"
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // The decoders of this file turn client bytes into protocol requests. They are pure (no

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // wantCode asserts that err maps to code (0: no error).

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 func TestEncodeReplyGolden(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/chat"
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // clientFunc handles one authenticated client call: it returns the status and the body to

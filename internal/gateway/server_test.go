@@ -20,8 +20,8 @@ import (
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/metrics"
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store/sqlite"
+	"github.com/parleychat/parley/protocol"
 )
 
 const testAdminSecret = "test-admin-secret"

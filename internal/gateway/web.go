@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 	"github.com/parleychat/parley/web"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 func TestWebClientRoutes(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // WebSocket close codes the server sends, beside the standard ones (1000 normal, 1001 going

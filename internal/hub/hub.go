@@ -8,7 +8,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Reasons a subscription ends.

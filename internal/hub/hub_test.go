@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/parleychat/parley/internal/protocol"
+	"github.com/parleychat/parley/protocol"
 )
 
 func evs(cursors ...int64) []protocol.SyncEvent {

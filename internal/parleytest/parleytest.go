@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/server"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Server is a running node.

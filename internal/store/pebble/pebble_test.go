@@ -25,9 +25,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/storetest"
+	"github.com/parleychat/parley/protocol"
 )
 
 // openTest opens a store in a fresh directory and closes it at cleanup.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // reader is what both an indexed batch (the writer) and a snapshot (a View) offer.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/storetest"
+	"github.com/parleychat/parley/protocol"
 )
 
 // openTest opens a store in a fresh directory and closes it at cleanup.

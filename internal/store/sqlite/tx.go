@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // runner executes prepared statements inside one transaction. The read side runs them on

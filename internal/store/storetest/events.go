@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/parleychat/parley/internal/protocol"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // appendEvents appends one "read" event per ts to the user's log, in one Update, and
