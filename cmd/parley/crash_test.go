@@ -304,11 +304,13 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test runs a subprocess server; skipped in -short mode")
 	}
+	w := &crashWorld{t: t, dir: t.TempDir(), ofUser: map[int][]int{}, byID: map[string]int{}}
+	// The first start builds the binary, which under a loaded "go test ./..." can take long:
+	// the test's own deadline starts once the server is up.
+	srv := startServe(t, w.dir, "--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0")
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	w := &crashWorld{t: t, dir: t.TempDir(), ofUser: map[int][]int{}, byID: map[string]int{}}
-	srv := startServe(t, w.dir, "--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0")
 	w.setup(ctx, srv.URL)
 
 	stats := make([]roundStats, 2)
