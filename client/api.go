@@ -59,7 +59,8 @@ func (c *Client) ListConversations(ctx context.Context) ([]ConversationBrief, er
 	return out.Conversations, err
 }
 
-// GetConversation returns one conversation as the caller sees it. 403: not a member.
+// GetConversation returns one conversation as the caller sees it. 404: no such conversation,
+// or the caller is not a member (the server answers both alike).
 func (c *Client) GetConversation(ctx context.Context, convID string) (ConversationBrief, error) {
 	var out ConversationBrief
 	_, err := c.http.do(ctx, http.MethodGet, convPath(convID, ""), nil, nil, &out)

@@ -46,8 +46,8 @@ func Example() {
 	ack, err := c.Send(ctx, conv.ConvID, client.ContentText, "hello, bob", nil)
 	var perr *client.Error
 	switch {
-	case errors.As(err, &perr) && perr.Code == 403:
-		log.Fatal("not a member any more")
+	case errors.As(err, &perr) && perr.Code == 404:
+		log.Fatal("no such conversation, or not a member any more")
 	case err != nil:
 		log.Fatal(err)
 	}

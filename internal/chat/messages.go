@@ -41,7 +41,7 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 			return err
 		}
 		if !slices.ContainsFunc(members, func(m store.Member) bool { return m.UserID == me.UserID }) {
-			return fmt.Errorf("%w: not a member of %s", ErrForbidden, c.ID)
+			return errNoConversation
 		}
 		now := s.nowMS()
 		m := store.Message{

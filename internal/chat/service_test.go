@@ -303,7 +303,7 @@ func TestPositionsRules(t *testing.T) {
 	if fmt.Sprint(types) != "[delivered read]" {
 		t.Fatalf("alice's position events %v", types)
 	}
-	if _, err := e.svc.MarkRead(ctx, me("carol"), conv, 1); !errors.Is(err, chat.ErrForbidden) {
+	if _, err := e.svc.MarkRead(ctx, me("carol"), conv, 1); !errors.Is(err, chat.ErrNotFound) {
 		t.Fatalf("non-member read: %v", err)
 	}
 }
@@ -411,9 +411,9 @@ func TestGroupMembership(t *testing.T) {
 		t.Fatalf("owner leaves %+v %v", g3, err)
 	}
 	_, err = e.svc.GetConversation(ctx, me("alice"), g.ConvID)
-	wantErr(t, err, chat.ErrForbidden)
+	wantErr(t, err, chat.ErrNotFound)
 	_, err = e.svc.Send(ctx, me("alice"), protocol.SendRequest{ConvID: g.ConvID, ClientMsgID: "x", ContentType: 1, Content: json.RawMessage(`1`)})
-	wantErr(t, err, chat.ErrForbidden)
+	wantErr(t, err, chat.ErrNotFound)
 	// alice got a conv_updated as a removed member.
 	evs := e.allEvents(t, "alice")
 	last := evs[len(evs)-1]
@@ -658,7 +658,7 @@ func TestSendValidation(t *testing.T) {
 		})
 	}
 	_, err := e.svc.Send(ctx, me("carol"), protocol.SendRequest{ConvID: conv, ClientMsgID: "x", ContentType: 1, Content: json.RawMessage(`1`)})
-	wantErr(t, err, chat.ErrForbidden)
+	wantErr(t, err, chat.ErrNotFound)
 }
 
 func TestHealthFollowsTheStore(t *testing.T) {

@@ -126,25 +126,32 @@ func (s *Service) view(ctx context.Context, op string, fn func(tx store.ReadTx) 
 	return s.storeErr(op, s.st.View(ctx, fn))
 }
 
-// loadConv returns the conversation or ErrNotFound.
+// errNoConversation is the answer for a conversation that does not exist and, word for word,
+// for one the caller is not a member of: a stranger must not learn whether two users talk
+// (or a group exists) from the difference. It echoes no id, so the two answers are
+// byte-identical.
+var errNoConversation = fmt.Errorf("%w: no such conversation (or you are not a member)", ErrNotFound)
+
+// loadConv returns the conversation or errNoConversation.
 func loadConv(ctx context.Context, tx store.ReadTx, convID string) (store.Conversation, error) {
 	c, err := tx.Conversation(ctx, convID)
 	if errors.Is(err, store.ErrNotFound) {
-		return c, fmt.Errorf("%w: conversation %s", ErrNotFound, convID)
+		return c, errNoConversation
 	}
 	return c, err
 }
 
-// loadMember returns the caller's membership or ErrForbidden.
+// loadMember returns the user's membership, or errNoConversation for a non-member.
 func loadMember(ctx context.Context, tx store.ReadTx, convID, userID string) (store.Member, error) {
 	m, err := tx.Member(ctx, convID, userID)
 	if errors.Is(err, store.ErrNotFound) {
-		return m, fmt.Errorf("%w: not a member of %s", ErrForbidden, convID)
+		return m, errNoConversation
 	}
 	return m, err
 }
 
-// loadConvMember checks that the conversation exists (404) and the user is a member (403).
+// loadConvMember returns the conversation and the user's membership; a missing conversation
+// and a non-member get the same errNoConversation.
 func loadConvMember(ctx context.Context, tx store.ReadTx, convID, userID string) (store.Conversation, store.Member, error) {
 	if !protocol.ValidConvID(convID) {
 		return store.Conversation{}, store.Member{}, fmt.Errorf("%w: malformed conv_id", ErrInvalid)

@@ -269,8 +269,9 @@ func checkUpgradeRefused(t *testing.T, n *node, token string, inQuery bool) {
 	checkErrorBody(t, "refused upgrade", response{status: resp.StatusCode, header: resp.Header, raw: raw}, http.StatusUnauthorized)
 }
 
-// TestNonMember checks that every conversation route answers 403 to an authenticated user
-// who is not a member, and that the members are not disturbed.
+// TestNonMember checks that every conversation route answers 404, as for a conversation that
+// does not exist, to an authenticated user who is not a member, and that the members are not
+// disturbed (attack_privacy_test.go compares the answers byte for byte).
 func TestNonMember(t *testing.T) {
 	n := start(t)
 	alice := n.user(t, "alice")
@@ -295,7 +296,7 @@ func TestNonMember(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			n.fail(t, http.StatusForbidden, c.method, c.path, carol, c.body)
+			n.fail(t, http.StatusNotFound, c.method, c.path, carol, c.body)
 			n.ok(t, "GET", base, alice, nil)
 		})
 	}
@@ -312,7 +313,7 @@ func TestNonMember(t *testing.T) {
 		} {
 			r := ws.do(op.op, op.params)
 			wantKeys(t, op.op+" reply", r, "id", "code", "error")
-			wantFields(t, op.op+" reply", r, map[string]any{"code": 403})
+			wantFields(t, op.op+" reply", r, map[string]any{"code": 404})
 		}
 		ws.ping()
 	})

@@ -123,8 +123,8 @@ func TestGroups(t *testing.T) {
 		ev := lastEvent(t, n, tok["carol"])
 		wantFields(t, "carol's conv_updated after leaving", ev, map[string]any{"type": "conv_updated", "conv_id": convID})
 		wantFields(t, "carol's conv_updated data", obj(t, ev["data"]), map[string]any{"members_count": 4})
-		n.fail(t, http.StatusForbidden, "GET", "/v1/conversations/"+convID, tok["carol"], nil)
-		n.fail(t, http.StatusForbidden, "POST", "/v1/messages", tok["carol"], textMessage(convID, "gone"))
+		n.fail(t, http.StatusNotFound, "GET", "/v1/conversations/"+convID, tok["carol"], nil)
+		n.fail(t, http.StatusNotFound, "POST", "/v1/messages", tok["carol"], textMessage(convID, "gone"))
 	})
 	t.Run("removed by the owner", func(t *testing.T) {
 		before := n.latest(t, tok["erin"])
@@ -133,7 +133,7 @@ func TestGroups(t *testing.T) {
 		if len(evs) != 1 || evs[0]["type"] != "conv_updated" || evs[0]["conv_id"] != convID {
 			t.Fatalf("erin's events after removal: %s, want one conv_updated", show(evs))
 		}
-		n.fail(t, http.StatusForbidden, "GET", "/v1/conversations/"+convID+"/messages", tok["erin"], nil)
+		n.fail(t, http.StatusNotFound, "GET", "/v1/conversations/"+convID+"/messages", tok["erin"], nil)
 		if got := members(convID); fmt.Sprint(got) != "[alice bob dave]" {
 			t.Fatalf("members %v", got)
 		}
@@ -147,7 +147,7 @@ func TestGroups(t *testing.T) {
 		}
 		// The new owner may add; the old one no longer may do anything.
 		n.ok(t, "POST", "/v1/conversations/"+convID+"/members", tok["bob"], map[string]any{"add": []string{"frank"}})
-		n.fail(t, http.StatusForbidden, "POST", "/v1/conversations/"+convID+"/members", tok["alice"], map[string]any{"add": []string{"alice"}})
+		n.fail(t, http.StatusNotFound, "POST", "/v1/conversations/"+convID+"/members", tok["alice"], map[string]any{"add": []string{"alice"}})
 	})
 }
 

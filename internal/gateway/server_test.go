@@ -416,7 +416,7 @@ func TestHTTPMessaging(t *testing.T) {
 	}
 	ts.wantError(403, "PATCH", "/v1/conversations/"+g.ConvID, bob, `{"name":"mine"}`)
 	ts.must(200, "POST", "/v1/conversations/"+g.ConvID+"/members", bob, `{"remove":["bob"]}`, nil)
-	ts.wantError(403, "GET", "/v1/conversations/"+g.ConvID, bob, nil)
+	ts.wantError(404, "GET", "/v1/conversations/"+g.ConvID, bob, nil)
 }
 
 func TestHTTPSync(t *testing.T) {
