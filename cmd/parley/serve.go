@@ -126,11 +126,15 @@ func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), e
 		return nil, nil, fmt.Errorf("open store: %w", err)
 	}
 	signer, err := server.Signer(dir)
+	var dirKey []byte
+	if err == nil {
+		dirKey, err = server.DirectIDKey(dir)
+	}
 	if err != nil {
 		st.Close()
 		return nil, nil, err
 	}
-	svc := chat.New(chat.Options{Store: st, Signer: signer, Config: chat.DefaultConfig()})
+	svc := chat.New(chat.Options{Store: st, Signer: signer, DirectIDKey: dirKey, Config: chat.DefaultConfig()})
 	return svc, func() { st.Close() }, nil
 }
 

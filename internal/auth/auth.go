@@ -106,6 +106,10 @@ func EqualSecret(offered, secret string) bool {
 const (
 	SigningKeyFile  = "signing.key"
 	AdminSecretFile = "admin.secret"
+	// DirectIDKeyFile keys the derivation of direct conversation ids. It is apart from the
+	// signing key so that replacing that key (to invalidate every token) does not change the
+	// ids, which would split every pair's conversation in two.
+	DirectIDKeyFile = "direct-id.key"
 )
 
 // LoadOrCreateSecret returns the hex secret stored in dir/name, creating it (mode 0600, 32

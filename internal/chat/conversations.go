@@ -30,13 +30,13 @@ func (s *Service) createDirect(ctx context.Context, me Identity, peer string) (p
 	case peer == me.UserID:
 		return protocol.ConversationBrief{}, invalid("peer_id is the caller: a direct conversation needs two users")
 	}
-	id := directID(me.UserID, peer)
+	id := directID(s.dirKey, me.UserID, peer)
 	var out protocol.ConversationBrief
 	err := s.update(ctx, "create direct", func(tx store.Tx, ob *outbox) error {
 		if err := requireUsers(ctx, tx, []string{peer}); err != nil {
 			return err
 		}
-		c, err := tx.Conversation(ctx, id)
+		c, err := findDirect(ctx, tx, id, legacyDirectID(me.UserID, peer))
 		if err == nil {
 			return s.reopenDirect(ctx, tx, ob, c, me.UserID, &out)
 		} else if !errors.Is(err, store.ErrNotFound) {
@@ -54,6 +54,17 @@ func (s *Service) createDirect(ctx context.Context, me Identity, peer string) (p
 		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
 	})
 	return out, err
+}
+
+// findDirect returns the pair's direct conversation under its id, or else under the legacy
+// id an older server gave it, so that upgrading never makes a second conversation for a
+// pair; store.ErrNotFound when there is neither.
+func findDirect(ctx context.Context, tx store.ReadTx, id, legacyID string) (store.Conversation, error) {
+	c, err := tx.Conversation(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return tx.Conversation(ctx, legacyID)
+	}
+	return c, err
 }
 
 // reopenDirect answers the creation of an existing direct conversation: the caller gets it,

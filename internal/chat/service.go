@@ -62,6 +62,7 @@ type Service struct {
 	st     store.Store
 	hub    *hub.Hub
 	signer *auth.Signer
+	dirKey []byte // key of directID
 	cfg    Config
 	now    func() time.Time
 	log    *slog.Logger
@@ -86,18 +87,25 @@ func (nopObserver) EventsCommitted(int)               {}
 
 // Options are the dependencies of a Service.
 type Options struct {
-	Store    store.Store
-	Hub      *hub.Hub
-	Signer   *auth.Signer
-	Config   Config
-	Now      func() time.Time // default time.Now
-	Logger   *slog.Logger     // default slog.Default()
-	Observer Observer         // default: none
+	Store  store.Store
+	Hub    *hub.Hub
+	Signer *auth.Signer
+	// DirectIDKey keys the derivation of direct conv_ids; it must stay the same for the life
+	// of the data (server.DirectIDKey keeps it in the data directory). Default: a random key
+	// for this Service only, which is fine for tests.
+	DirectIDKey []byte
+	Config      Config
+	Now         func() time.Time // default time.Now
+	Logger      *slog.Logger     // default slog.Default()
+	Observer    Observer         // default: none
 }
 
 // New returns a Service. It does not start background work; call RunRetention for that.
 func New(o Options) *Service {
-	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer}
+	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer}
+	if len(s.dirKey) == 0 {
+		s.dirKey = newDirectIDKey()
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -269,59 +269,6 @@ func checkUpgradeRefused(t *testing.T, n *node, token string, inQuery bool) {
 	checkErrorBody(t, "refused upgrade", response{status: resp.StatusCode, header: resp.Header, raw: raw}, http.StatusUnauthorized)
 }
 
-// TestNonMember checks that every conversation route answers 404, as for a conversation that
-// does not exist, to an authenticated user who is not a member, and that the members are not
-// disturbed (attack_privacy_test.go compares the answers byte for byte).
-func TestNonMember(t *testing.T) {
-	n := start(t)
-	alice := n.user(t, "alice")
-	n.user(t, "bob")
-	carol := n.user(t, "carol")
-	convID := n.direct(t, alice, "bob")["conv_id"].(string)
-	n.send(t, alice, convID, "m1")
-	base := "/v1/conversations/" + convID
-	cases := []struct {
-		name, method, path string
-		body               any
-	}{
-		{"get", "GET", base, nil},
-		{"history", "GET", base + "/messages", nil},
-		{"send", "POST", "/v1/messages", textMessage(convID, "intrude")},
-		{"read", "POST", base + "/read", map[string]any{"seq": 1}},
-		{"delivered", "POST", base + "/delivered", map[string]any{"seq": 1}},
-		{"receipts", "GET", base + "/receipts?seq=1", nil},
-		{"recall", "POST", "/v1/messages/recall", map[string]any{"conv_id": convID, "seq": 1}},
-		{"members", "POST", base + "/members", map[string]any{"add": []string{"carol"}}},
-		{"delete", "DELETE", base, nil},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			n.fail(t, http.StatusNotFound, c.method, c.path, carol, c.body)
-			n.ok(t, "GET", base, alice, nil)
-		})
-	}
-	t.Run("over the websocket", func(t *testing.T) {
-		ws := n.dial(t, carol, -1)
-		for _, op := range []struct {
-			op     string
-			params map[string]any
-		}{
-			{"send", textMessage(convID, "intrude-ws")},
-			{"read", map[string]any{"conv_id": convID, "seq": 1}},
-			{"delivered", map[string]any{"conv_id": convID, "seq": 1}},
-			{"recall", map[string]any{"conv_id": convID, "seq": 1}},
-		} {
-			r := ws.do(op.op, op.params)
-			wantKeys(t, op.op+" reply", r, "id", "code", "error")
-			wantFields(t, op.op+" reply", r, map[string]any{"code": 404})
-		}
-		ws.ping()
-	})
-	if got := n.history(t, alice, convID, 0); len(got) != 1 {
-		t.Fatalf("conversation holds %d messages after the intrusions, want 1", len(got))
-	}
-}
-
 // TestBadInputWebSocket sends bad frames: each gets an error reply and the connection stays
 // open, except a frame over 1 MiB, which closes that connection only.
 func TestBadInputWebSocket(t *testing.T) {

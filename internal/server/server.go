@@ -78,6 +78,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{Metrics: m, store: st, unlock: unlock, AdminSecret: cfg.AdminSecret}
 	signer, err := Signer(cfg.Data)
+	var dirKey []byte
+	if err == nil {
+		dirKey, err = DirectIDKey(cfg.Data)
+	}
 	if err == nil && s.AdminSecret == "" {
 		s.AdminSecret, s.SecretCreated, err = auth.LoadOrCreateSecret(cfg.Data, auth.AdminSecretFile)
 	}
@@ -86,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		unlock()
 		return nil, err
 	}
-	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now})
+	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
 	s.http = &http.Server{
 		Handler:           s.Gateway,
@@ -137,6 +141,13 @@ func Signer(dataDir string) (*auth.Signer, error) {
 		return nil, err
 	}
 	return auth.NewSigner([]byte(key)), nil
+}
+
+// DirectIDKey returns the key of the direct conversation ids of a data directory, creating
+// it on first use.
+func DirectIDKey(dataDir string) ([]byte, error) {
+	key, _, err := auth.LoadOrCreateSecret(dataDir, auth.DirectIDKeyFile)
+	return []byte(key), err
 }
 
 // Serve accepts connections on ln until Shutdown; it returns http.ErrServerClosed then.

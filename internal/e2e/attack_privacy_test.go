@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/parleychat/parley/internal/parleytest"
+	"github.com/parleychat/parley/internal/server"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// legacyDirectID is the direct conv_id older servers derived from the pair alone (no key):
+// anyone could compute it, which is what made the who-talks-to-whom probe work.
+func legacyDirectID(a, b string) string {
+	if a > b {
+		a, b = b, a
+	}
+	sum := sha256.Sum256([]byte(a + "\x00" + b))
+	return "d_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
+}
+
+// probe is one request a stranger makes naming a conversation.
+type probe struct {
+	name, method, path string
+	body               any
+}
+
+// probes are every HTTP call that names a conversation, for convID.
+func probes(convID string) []probe {
+	base := "/v1/conversations/" + convID
+	return []probe{
+		{"get", "GET", base, nil},
+		{"history", "GET", base + "/messages", nil},
+		{"read", "POST", base + "/read", map[string]any{"seq": 1}},
+		{"delivered", "POST", base + "/delivered", map[string]any{"seq": 1}},
+		{"receipts", "GET", base + "/receipts?seq=1", nil},
+		{"members", "POST", base + "/members", map[string]any{"add": []string{"mallory"}}},
+		{"rename", "PATCH", base, map[string]any{"name": "mine"}},
+		{"delete", "DELETE", base, nil},
+		{"send", "POST", "/v1/messages", textMessage(convID, "probe")},
+		{"recall", "POST", "/v1/messages/recall", map[string]any{"conv_id": convID, "seq": 1}},
+	}
+}
+
+// wsProbes are the WebSocket ops that name a conversation, for convID.
+func wsProbes(convID string) []probe {
+	return []probe{
+		{"send", "send", "", textMessage(convID, "probe-ws")},
+		{"read", "read", "", map[string]any{"conv_id": convID, "seq": 1}},
+		{"delivered", "delivered", "", map[string]any{"conv_id": convID, "seq": 1}},
+		{"recall", "recall", "", map[string]any{"conv_id": convID, "seq": 1}},
+	}
+}
+
+// TestAttackProbeWhoTalks performs the who-talks-to-whom probe: a stranger names existing
+// conversations (a direct one, whose id leaked, and a group) and missing ones on every route
+// and WebSocket op, and must get byte-identical answers (404) for both, so that the answer
+// tells nothing. The members' conversations are untouched afterwards.
+func TestAttackProbeWhoTalks(t *testing.T) {
+	n := start(t)
+	alice := n.user(t, "alice")
+	n.user(t, "bob")
+	mallory := n.user(t, "mallory")
+	direct := n.direct(t, alice, "bob")["conv_id"].(string)
+	group := n.group(t, alice, "secret club", true, "bob")["conv_id"].(string)
+	n.send(t, alice, direct, "d1")
+	n.send(t, alice, group, "g1")
+	missing := map[string]string{
+		direct: "d_" + strings.Repeat("a", 26),
+		group:  "g_" + strings.Repeat("a", 26),
+	}
+	ws := n.dial(t, mallory, -1)
+	for existing, absent := range missing {
+		for i, p := range probes(existing) {
+			q := probes(absent)[i]
+			t.Run(p.name+" "+existing[:2], func(t *testing.T) {
+				got := n.fail(t, http.StatusNotFound, p.method, p.path, mallory, p.body)
+				want := n.fail(t, http.StatusNotFound, q.method, q.path, mallory, q.body)
+				if string(got.raw) != string(want.raw) {
+					t.Fatalf("a stranger tells an existing conversation from a missing one:\nexisting %s\nmissing  %s", got.raw, want.raw)
+				}
+			})
+		}
+		for i, p := range wsProbes(existing) {
+			q := wsProbes(absent)[i]
+			t.Run("ws "+p.name+" "+existing[:2], func(t *testing.T) {
+				got, want := ws.do(p.method, p.body.(map[string]any)), ws.do(q.method, q.body.(map[string]any))
+				delete(got, "id")
+				delete(want, "id")
+				wantFields(t, "reply for an existing conversation", got, map[string]any{"code": 404})
+				if show(got) != show(want) {
+					t.Fatalf("a stranger tells an existing conversation from a missing one over the WebSocket:\nexisting %s\nmissing  %s", show(got), show(want))
+				}
+			})
+		}
+	}
+	for _, convID := range []string{direct, group} {
+		wantFields(t, "the probed conversation", n.brief(t, alice, convID), map[string]any{"max_seq": 1, "members_count": 2, "owner_id": map[string]string{direct: "", group: "alice"}[convID]})
+	}
+}
+
+// TestAttackComputeDirectID performs the first step of the probe: computing the id of a
+// pair's direct conversation. The id a server gives a pair must be neither the unkeyed hash
+// anyone can compute nor the id another server (another key) gives the same pair; it must
+// stay the same across a restart on the same data directory.
+func TestAttackComputeDirectID(t *testing.T) {
+	ids := make([]string, 2)
+	nodes := make([]*node, 2)
+	for i := range nodes {
+		nodes[i] = start(t)
+		alice := nodes[i].user(t, "alice")
+		nodes[i].user(t, "bob")
+		ids[i] = nodes[i].direct(t, alice, "bob")["conv_id"].(string)
+	}
+	legacy := legacyDirectID("alice", "bob")
+	if ids[0] == legacy || ids[1] == legacy {
+		t.Fatalf("direct ids %v: the pair's id is the unkeyed hash %s anyone can compute", ids, legacy)
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("two servers gave the pair the same direct id %s: it does not depend on a server key", ids[0])
+	}
+	nodes[0].fail(t, http.StatusNotFound, "GET", "/v1/conversations/"+legacy, nodes[0].user(t, "mallory"), nil)
+
+	nodes[0].Stop(t)
+	again := &node{parleytest.StartWith(t, restartConfig(nodes[0]))}
+	if got := again.direct(t, again.Token(t, "bob", "d2"), "alice")["conv_id"]; got != ids[0] {
+		t.Fatalf("after a restart the pair's direct id is %v, was %s: the key did not persist", got, ids[0])
+	}
+}
+
+// restartConfig is the configuration to start a node again on n's data directory.
+func restartConfig(n *node) server.Config {
+	cfg := server.DefaultConfig(n.Dir)
+	cfg.AdminSecret = "test-admin-secret"
+	return cfg
+}
+
+// TestLegacyDirectIDKept starts a server on a data directory holding a direct conversation
+// under its legacy (unkeyed) id, as an older server wrote it: creating the pair's direct
+// conversation must find it rather than make a second one, for either user, while a new
+// pair gets a keyed id.
+func TestLegacyDirectIDKept(t *testing.T) {
+	old := start(t)
+	for _, u := range []string{"alice", "bob", "carol"} {
+		old.user(t, u)
+	}
+	old.Stop(t)
+	legacy := legacyDirectID("alice", "bob")
+	writeLegacyDirect(t, old.Dir, legacy, "alice", "bob")
+
+	n := &node{parleytest.StartWith(t, restartConfig(old))}
+	alice, bob := n.Token(t, "alice", "d1"), n.Token(t, "bob", "d1")
+	for _, tok := range []string{alice, bob} {
+		peer := map[string]string{alice: "bob", bob: "alice"}[tok]
+		if got := n.direct(t, tok, peer)["conv_id"]; got != legacy {
+			t.Fatalf("direct with %s = %v, want the existing legacy conversation %s", peer, got, legacy)
+		}
+	}
+	n.send(t, alice, legacy, "after-upgrade")
+	if got := n.history(t, bob, legacy, 0); len(got) != 1 {
+		t.Fatalf("bob sees %d messages in the legacy conversation, want 1", len(got))
+	}
+	if list := n.listed(t, alice); len(list) != 1 {
+		t.Fatalf("alice lists %d conversations, want the one legacy conversation: %s", len(list), show(list))
+	}
+	if got := n.direct(t, alice, "carol")["conv_id"]; got == legacyDirectID("alice", "carol") {
+		t.Fatalf("a new pair got the unkeyed id %v", got)
+	}
+}
+
+// writeLegacyDirect stores the direct conversation of a and b under id in the data
+// directory dir, with the server stopped, as a server from before keyed ids did.
+func writeLegacyDirect(t *testing.T, dir, id, a, b string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := server.OpenStore(ctx, server.DefaultConfig(dir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	err = st.Update(ctx, func(tx store.Tx) error {
+		c := store.Conversation{ID: id, Type: "direct", MembersCount: 2, CreatedAt: 1, UpdatedAt: 1}
+		if err := tx.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		for i, u := range []string{a, b} {
+			if err := tx.PutMember(ctx, store.Member{ConvID: id, UserID: u, JoinedAt: 1, Ordinal: int64(i + 1)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
