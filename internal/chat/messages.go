@@ -200,7 +200,8 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 }
 
 // Recall recalls the caller's own message within the recall window: its content and extra
-// are erased in storage and every member gets a "recall" event. Recalling twice succeeds.
+// are erased in storage and every member who can see it gets a "recall" event. Recalling
+// twice succeeds.
 func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq int64) error {
 	if seq < 1 {
 		return invalid("seq must be at least 1")
@@ -232,6 +233,9 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 		data := protocol.RecallData{Seq: seq, MsgID: m.MsgID, SenderID: m.SenderID}
 		now := s.nowMS()
 		for _, mem := range members {
+			if seq <= visibleFrom(mem) {
+				continue // they never saw it (or cleared it): the event would only tell them it existed
+			}
 			if err := ob.appendData(ctx, tx, mem.UserID, protocol.EventRecall, convID, now, data); err != nil {
 				return err
 			}

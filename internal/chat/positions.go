@@ -109,17 +109,19 @@ func (s *Service) emitPosition(ctx context.Context, tx store.Tx, ob *outbox, c s
 }
 
 // Receipts counts, among the members other than the sender of message seq, those whose read
-// and delivered positions reached seq. Readers are listed for direct conversations and for
-// groups created with read_detail.
+// and delivered positions reached seq. Readers are listed where showsReaders. A message the
+// caller cannot see (seq <= their visible_from: sent before they joined, or cleared) is
+// ErrNotFound, as a message that does not exist: a late joiner learns nothing of what was
+// said before.
 func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq int64) (protocol.Receipts, error) {
 	var r protocol.Receipts
 	err := s.view(ctx, "receipts", func(tx store.ReadTx) error {
-		c, _, err := loadConvMember(ctx, tx, convID, me.UserID)
+		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
 			return err
 		}
-		if seq < 1 || seq > c.MaxSeq {
-			return notFound("message %d", seq)
+		if seq <= visibleFrom(m) || seq > c.MaxSeq {
+			return errNoMessage
 		}
 		msg, err := tx.Message(ctx, convID, seq)
 		if err != nil {
@@ -151,11 +153,22 @@ func countReceipts(c store.Conversation, sender string, seq int64, members []sto
 			r.DeliveredCount++
 		}
 	}
-	if c.Type == protocol.TypeDirect || c.ReadDetail {
+	if showsReaders(c) {
 		if readers == nil {
 			readers = []string{}
 		}
 		r.Readers = &readers
 	}
 	return r
+}
+
+// errNoMessage answers receipts of a message that does not exist and, alike, of one the
+// caller cannot see; it echoes nothing, so the two answers are identical.
+var errNoMessage = notFound("no message with this seq that you can see")
+
+// showsReaders reports whether members see each other's read positions in c: in direct
+// conversations and in groups created with read_detail. Other groups show only counts, so a
+// member's reading stays private there (receipts, snapshots).
+func showsReaders(c store.Conversation) bool {
+	return c.Type == protocol.TypeDirect || c.ReadDetail
 }

@@ -43,12 +43,12 @@ func (s *Service) Snapshot(ctx context.Context, me Identity, recent int) (protoc
 	return snap, err
 }
 
-// snapshotConversation adds one conversation, its recent messages and its members' read
-// positions to snap.
+// snapshotConversation adds one conversation, its recent messages and, where the
+// conversation shows readers and is small enough, its members' read positions to snap.
 func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.SyncSnapshot, m store.Membership, recent int) error {
 	c := m.Conversation
 	var members []store.Member
-	if c.Type == protocol.TypeDirect || c.MembersCount <= readPositionsLimit {
+	if showsReaders(c) && c.MembersCount <= readPositionsLimit {
 		var err error
 		if members, err = tx.Members(ctx, c.ID); err != nil {
 			return err

@@ -198,3 +198,72 @@ func writeLegacyDirect(t *testing.T, dir, id, a, b string) {
 		t.Fatal(err)
 	}
 }
+
+// TestAttackLateJoinerReceipts performs the late joiner's look back: dave, added to a group
+// after two messages, asks for their receipts (who read what before he was there) and
+// whether they were recalled. He must get the answer for a message that does not exist, and
+// no recall event for a message he never saw, while the members who saw it get theirs.
+func TestAttackLateJoinerReceipts(t *testing.T) {
+	n := start(t)
+	alice := n.user(t, "alice")
+	bob := n.user(t, "bob")
+	dave := n.user(t, "dave")
+	convID := n.group(t, alice, "detail", true, "bob")["conv_id"].(string)
+	n.send(t, alice, convID, "before-1")
+	n.send(t, alice, convID, "before-2")
+	n.ok(t, "POST", "/v1/conversations/"+convID+"/read", bob, map[string]any{"seq": 2})
+	n.ok(t, "POST", "/v1/conversations/"+convID+"/members", alice, map[string]any{"add": []string{"dave"}})
+	path := "/v1/conversations/" + convID + "/receipts?seq="
+
+	missing := n.fail(t, http.StatusNotFound, "GET", path+"3", dave, nil)
+	for _, seq := range []string{"1", "2"} {
+		got := n.fail(t, http.StatusNotFound, "GET", path+seq, dave, nil)
+		if string(got.raw) != string(missing.raw) {
+			t.Fatalf("receipts of seq %s, sent before dave joined: %s; a missing message: %s", seq, got.raw, missing.raw)
+		}
+	}
+	wantFields(t, "bob's receipts of seq 1", n.ok(t, "GET", path+"1", bob, nil), map[string]any{"read_count": 1})
+
+	n.send(t, alice, convID, "after")
+	wantFields(t, "dave's receipts of seq 3", n.ok(t, "GET", path+"3", dave, nil), map[string]any{"seq": 3})
+
+	daveCursor, bobCursor := n.latest(t, dave), n.latest(t, bob)
+	n.ok(t, "POST", "/v1/messages/recall", alice, map[string]any{"conv_id": convID, "seq": 1})
+	if evs := n.events(t, bob, bobCursor); len(evs) != 1 || evs[0]["type"] != "recall" {
+		t.Fatalf("bob's events after the recall: %s, want one recall", show(evs))
+	}
+	n.ok(t, "POST", "/v1/messages/recall", alice, map[string]any{"conv_id": convID, "seq": 3})
+	evs := n.events(t, dave, daveCursor)
+	if len(evs) != 1 || num(obj(t, evs[0]["data"])["seq"]) != 3 {
+		t.Fatalf("dave's events after recalls of seq 1 (before he joined) and 3: %s, want only the recall of 3", show(evs))
+	}
+}
+
+// TestAttackSnapshotReadPositions performs the snapshot look at other members' reading: in
+// a group without read_detail a member sees only counts, so neither the snapshot nor
+// receipts may list who read how far; a read_detail group and a direct conversation do.
+func TestAttackSnapshotReadPositions(t *testing.T) {
+	n := start(t)
+	alice := n.user(t, "alice")
+	bob := n.user(t, "bob")
+	n.user(t, "carol")
+	plain := n.group(t, alice, "plain", false, "bob", "carol")["conv_id"].(string)
+	detail := n.group(t, alice, "detail", true, "bob", "carol")["conv_id"].(string)
+	direct := n.direct(t, alice, "bob")["conv_id"].(string)
+	for _, c := range []string{plain, detail, direct} {
+		n.send(t, alice, c, "m-"+c)
+		n.ok(t, "POST", "/v1/conversations/"+c+"/read", bob, map[string]any{"seq": 1})
+	}
+	pos := obj(t, n.ok(t, "GET", "/v1/sync/snapshot?recent=0", alice, nil)["read_positions"])
+	if p, ok := pos[plain]; ok {
+		t.Fatalf("the snapshot shows read positions in a group without read_detail: %s", show(p))
+	}
+	wantFields(t, "read_detail group positions", obj(t, pos[detail]), map[string]any{"alice": 1, "bob": 1, "carol": 0})
+	wantFields(t, "direct positions", obj(t, pos[direct]), map[string]any{"alice": 1, "bob": 1})
+
+	r := n.ok(t, "GET", "/v1/conversations/"+plain+"/receipts?seq=1", alice, nil)
+	wantKeys(t, "receipts without read_detail", r, "seq", "member_count", "read_count", "delivered_count")
+	wantFields(t, "receipts without read_detail", r, map[string]any{"read_count": 1, "member_count": 2})
+	r = n.ok(t, "GET", "/v1/conversations/"+detail+"/receipts?seq=1", alice, nil)
+	wantFields(t, "receipts with read_detail", r, map[string]any{"readers": []string{"bob"}})
+}
