@@ -16,7 +16,8 @@ import (
 //
 // Merging is idempotent and order-insensitive where the protocol allows it: a (conv_id, seq)
 // names one message forever, so a repeat changes nothing; a recall wins over any copy of the
-// message seen before or after it; a deletion hides every seq up to its cleared_seq.
+// message seen before or after it; a deletion hides every seq up to its cleared_seq; a
+// conv_updated saying "removed" (the user left or was removed) drops the conversation.
 // Safe for concurrent use.
 type Inbox struct {
 	mu    sync.Mutex            // guards convs
@@ -74,6 +75,10 @@ func (in *Inbox) Apply(ev SyncEvent) {
 		if json.Unmarshal(ev.Data, &b) == nil {
 			if b.ConvID == "" {
 				b.ConvID = ev.ConvID
+			}
+			if b.Removed { // the user left or was removed: nothing of it is theirs any more
+				delete(in.convs, b.ConvID)
+				return
 			}
 			in.conv(b.ConvID).brief = &b
 			in.clearLocked(b.ConvID, b.ClearedSeq)

@@ -16,6 +16,11 @@ func deletedEvent(cursor int64, conv string, cleared int64) SyncEvent {
 	return SyncEvent{Cursor: cursor, Type: EventConvDeleted, ConvID: conv, Data: data}
 }
 
+func updatedEvent(cursor int64, b ConversationBrief) SyncEvent {
+	data, _ := json.Marshal(b)
+	return SyncEvent{Cursor: cursor, Type: EventConvUpdated, ConvID: b.ConvID, Data: data}
+}
+
 func seqs(msgs []Message) []int64 {
 	out := []int64{}
 	for _, m := range msgs {
@@ -103,6 +108,22 @@ func TestInboxDeletionHidesClearedSeqs(t *testing.T) {
 	in.Apply(deletedEvent(6, "c1", 1)) // an older clear changes nothing
 	if got := seqs(in.Messages("c1")); !reflect.DeepEqual(got, []int64{3, 4}) {
 		t.Fatalf("seqs %v after an older clear, want [3 4]", got)
+	}
+}
+
+// TestInboxDropsRemovedConversation: the conv_updated a user gets on leaving or being
+// removed says so, and the Inbox forgets the conversation; being added again brings it back.
+func TestInboxDropsRemovedConversation(t *testing.T) {
+	in := NewInbox()
+	in.Apply(updatedEvent(1, ConversationBrief{ConvID: "g1", Type: "group", MembersCount: 3}))
+	in.Apply(msgEvent(2, "g1", 1, "bob"))
+	in.Apply(updatedEvent(3, ConversationBrief{ConvID: "g1", Type: "group", MembersCount: 2, MaxSeq: 1, Removed: true}))
+	if _, ok := in.Conversation("g1"); ok || len(in.Messages("g1")) != 0 || len(in.ConversationIDs()) != 0 {
+		t.Fatalf("after removal the Inbox still holds g1: %v", in.ConversationIDs())
+	}
+	in.Apply(updatedEvent(4, ConversationBrief{ConvID: "g1", Type: "group", MembersCount: 3, MaxSeq: 1}))
+	if b, ok := in.Conversation("g1"); !ok || b.Removed {
+		t.Fatalf("added again: %+v %v", b, ok)
 	}
 }
 

@@ -80,6 +80,10 @@ type ConversationBrief struct {
 	PeerReadSeq      *int64   `json:"peer_read_seq,omitempty"`
 	PeerDeliveredSeq *int64   `json:"peer_delivered_seq,omitempty"`
 	UpdatedAt        int64    `json:"updated_at"`
+	// Removed is true only in the brief a user gets on leaving or being removed (the
+	// conv_updated event and the answer to their own leave): the conversation is no longer
+	// theirs, so clients drop it. Absent everywhere else.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // SyncEvent is one entry of a user's event log. Data depends on Type (section 8).

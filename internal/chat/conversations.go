@@ -153,8 +153,9 @@ func requireUsers(ctx context.Context, tx store.ReadTx, ids []string) error {
 }
 
 // announce writes members (all of them, new or changed) and emits conv_updated to every
-// current member and to each removed member, each with the brief as they see it. It sets
-// *out to the brief of the user `caller`.
+// current member and to each removed member, each with the brief as they see it; a removed
+// member's says "removed", so that their devices drop the conversation. It sets *out to the
+// brief of the user `caller`.
 func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, members, removed []store.Member, caller string, out *protocol.ConversationBrief) error {
 	now := s.nowMS()
 	for _, m := range members {
@@ -162,11 +163,12 @@ func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store
 			return err
 		}
 	}
-	for _, m := range append(slices.Clip(members), removed...) {
+	for i, m := range append(slices.Clip(members), removed...) {
 		b, err := brief(ctx, tx, c, m, members)
 		if err != nil {
 			return err
 		}
+		b.Removed = i >= len(members)
 		if m.UserID == caller {
 			*out = b
 		}

@@ -267,3 +267,44 @@ func TestAttackSnapshotReadPositions(t *testing.T) {
 	r = n.ok(t, "GET", "/v1/conversations/"+detail+"/receipts?seq=1", alice, nil)
 	wantFields(t, "receipts with read_detail", r, map[string]any{"readers": []string{"bob"}})
 }
+
+// TestRemovedMemberIsTold checks that a member who is removed (by the owner) or leaves is
+// told so: the conv_updated they get, pushed on their open WebSocket and in their log, and
+// the answer to their own leave say "removed": true, which no other brief carries.
+// Afterwards the conversation answers them as a missing one, and their list and snapshot no
+// longer hold it.
+func TestRemovedMemberIsTold(t *testing.T) {
+	n := start(t)
+	alice := n.user(t, "alice")
+	bob := n.user(t, "bob")
+	carol := n.user(t, "carol")
+	convID := n.group(t, alice, "team", false, "bob", "carol")["conv_id"].(string)
+	n.send(t, alice, convID, "hello")
+	carolWS := n.dial(t, carol, n.latest(t, carol))
+	carolWS.ping()
+	bobCursor := n.latest(t, bob)
+
+	b := n.ok(t, "POST", "/v1/conversations/"+convID+"/members", alice, map[string]any{"remove": []string{"carol"}})
+	checkBrief(t, "the owner's answer", b)
+	ev := carolWS.event()
+	wantFields(t, "carol's pushed event", ev, map[string]any{"type": "conv_updated", "conv_id": convID})
+	wantFields(t, "carol's conv_updated", obj(t, ev["data"]), map[string]any{"removed": true, "members_count": 2})
+	for _, e := range n.events(t, bob, bobCursor) {
+		checkBrief(t, "bob's conv_updated on carol's removal (no removed field)", obj(t, e["data"]))
+	}
+	missing := n.fail(t, http.StatusNotFound, "GET", "/v1/conversations/g_"+strings.Repeat("a", 26), carol, nil)
+	if got := n.fail(t, http.StatusNotFound, "GET", "/v1/conversations/"+convID, carol, nil); string(got.raw) != string(missing.raw) {
+		t.Fatalf("carol, removed, gets %s; a missing conversation %s", got.raw, missing.raw)
+	}
+	if find(n.listed(t, carol), convID) != nil {
+		t.Fatal("carol's list still holds the group she was removed from")
+	}
+	if _, ok := obj(t, n.ok(t, "GET", "/v1/sync/snapshot", carol, nil)["messages"])[convID]; ok {
+		t.Fatal("carol's snapshot still holds the group she was removed from")
+	}
+
+	left := n.ok(t, "POST", "/v1/conversations/"+convID+"/members", bob, map[string]any{"remove": []string{"bob"}})
+	wantFields(t, "bob's answer to leaving", left, map[string]any{"removed": true, "members_count": 1})
+	wantFields(t, "bob's conv_updated on leaving", obj(t, lastEvent(t, n, bob)["data"]), map[string]any{"removed": true})
+	checkBrief(t, "alice's conv_updated on bob leaving", obj(t, lastEvent(t, n, alice)["data"]))
+}

@@ -169,6 +169,24 @@ test('conv_deleted hides and clears; the next message shows it again with only n
   assert.equal(s.unread(CONV), 1);
 });
 
+test('a conv_updated saying removed drops the conversation; being added again brings it back', () => {
+  cursor = 10;
+  const G = 'g_team';
+  const group = { ...brief({ conv_id: G, type: 'group', name: 'Team', owner_id: 'bob', members_count: 3, max_seq: 1 }), peer_read_seq: undefined, peer_delivered_seq: undefined };
+  const s = aliceWith(group, [msg(1, 'bob', { conv_id: G })]);
+  s.enqueue(G, 1, { text: 'pending' });
+  s.takeChanged();
+  s.applyEvent(ev('conv_updated', { ...group, members_count: 2, removed: true }, G));
+  assert.equal(s.conversations().length, 0);
+  assert.equal(s.conversation(G), null);
+  assert.equal(s.messages(G).length, 0);
+  assert.deepEqual(s.members(G), []);
+  assert.equal(s.outbox.length, 0, 'a pending send to it is dropped');
+  assert.ok(s.takeChanged().has(G), 'the removal is reported as a change');
+  s.applyEvent(ev('conv_updated', { ...group, max_seq: 2 }, G));
+  assert.equal(s.conversations().length, 1);
+});
+
 test('a stale conv_updated brief never moves positions back', () => {
   cursor = 10;
   const s = aliceWith(brief({ max_seq: 5, read_seq: 5, delivered_seq: 5, peer_read_seq: 4, peer_delivered_seq: 5, last_message: msg(5) }));

@@ -300,8 +300,16 @@ export class ChatState {
     return 'applied';
   }
 
-  /** Merges a brief (from an API answer or a conv_updated event) into the state. */
+  /**
+   * Merges a brief (from an API answer or a conv_updated event) into the state. A brief with
+   * `removed: true` (the user left or was removed) drops the conversation instead: it is no
+   * longer theirs, and the server now answers 404 for it. Returns the conversation, or null.
+   */
   upsertConversation(brief, { fromEvent = false, peerId = '' } = {}) {
+    if (brief.removed) {
+      this._forget(brief.conv_id);
+      return null;
+    }
     const old = this.convs.get(brief.conv_id);
     const c = this._fromBrief(brief, old, false);
     if (peerId) c.peer_id = peerId;
@@ -526,6 +534,13 @@ export class ChatState {
     if (c.last_message && c.last_message.seq <= c.cleared_seq) c.last_message = null;
     const list = this.msgs.get(convId);
     if (list) this.msgs.set(convId, list.filter((m) => m.seq > c.cleared_seq));
+    this.changed.add(convId);
+  }
+
+  /** Drops everything held about a conversation, and the sends still pending to it. */
+  _forget(convId) {
+    for (const m of [this.convs, this.msgs, this.readers, this.older]) m.delete(convId);
+    this.outbox = this.outbox.filter((p) => p.conv_id !== convId);
     this.changed.add(convId);
   }
 
