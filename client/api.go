@@ -35,7 +35,8 @@ func (c *Client) CreateGroup(ctx context.Context, name string, members []string,
 }
 
 // UpdateMembers adds and removes group members. Owner only (403), except that any member may
-// remove themselves.
+// remove themselves: that answer has Removed set, as has the conv_updated every removed
+// member gets, and the conversation then answers them 404.
 func (c *Client) UpdateMembers(ctx context.Context, convID string, add, remove []string) (ConversationBrief, error) {
 	var out ConversationBrief
 	req := protocol.MembersRequest{Add: nonNil(add), Remove: nonNil(remove)}
@@ -116,7 +117,9 @@ func (c *Client) MarkDelivered(ctx context.Context, convID string, seq int64) (i
 	return out.DeliveredSeq, err
 }
 
-// Receipts counts the members (other than its sender) who have read and received message seq.
+// Receipts counts the members (other than its sender) who have read and received message seq;
+// Readers is set only in direct conversations and read_detail groups. 404 also for a message
+// the caller cannot see (sent before they joined, or cleared).
 func (c *Client) Receipts(ctx context.Context, convID string, seq int64) (Receipts, error) {
 	var out Receipts
 	query := url.Values{"seq": {strconv.FormatInt(seq, 10)}}
