@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/parleychat/parley/internal/store"
@@ -32,16 +31,15 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		c, err := loadConv(ctx, tx, req.ConvID)
+		// Membership by one lookup before reading every member: a non-member's refusal then
+		// costs the same for a large group as for a missing conversation.
+		c, _, err := loadConvMember(ctx, tx, req.ConvID, me.UserID)
 		if err != nil {
 			return err
 		}
 		members, err := tx.Members(ctx, c.ID)
 		if err != nil {
 			return err
-		}
-		if !slices.ContainsFunc(members, func(m store.Member) bool { return m.UserID == me.UserID }) {
-			return errNoConversation
 		}
 		now := s.nowMS()
 		m := store.Message{
