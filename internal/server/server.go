@@ -86,7 +86,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		unlock()
 		return nil, err
 	}
-	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now})
+	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now,
+		Room: diskRoom(cfg.Data)})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
 	s.http = &http.Server{
 		Handler:           s.Gateway,
