@@ -78,7 +78,7 @@ const minAdminSecret = 32
 func (c serveConfig) validate() error {
 	var errs []error
 	if s := c.Node.AdminSecret; s != "" && len(s) < minAdminSecret {
-		errs = append(errs, fmt.Errorf("--admin-secret (PARLEY_ADMIN_SECRET) is %d bytes, it must be at least %d: "+
+		errs = append(errs, fmt.Errorf("--admin-secret (PARLEY_ADMIN_SECRET) is %d bytes long, it must be at least %d: "+
 			"use a random one (openssl rand -hex 32) or leave it unset to have one generated", len(s), minAdminSecret))
 	}
 	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) && !c.DebugPublic {

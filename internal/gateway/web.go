@@ -95,7 +95,7 @@ func devLoginCheck(r *http.Request) error {
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return &statusError{http.StatusUnsupportedMediaType,
-			fmt.Sprintf("dev login needs Content-Type: application/json, not %q", r.Header.Get("Content-Type"))}
+			fmt.Sprintf("unsupported media type: dev login needs Content-Type: application/json, not %q", r.Header.Get("Content-Type"))}
 	}
 	return nil
 }
