@@ -132,3 +132,24 @@ func TestAttackSlowBody(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackSlowBodyRateLimited: a device past its request limit is refused with 429 before
+// its body is read, and its connection closed, however slowly the body trickles.
+func TestAttackSlowBodyRateLimited(t *testing.T) {
+	const bodyTimeout = 5 * time.Second
+	n := start(t, func(c *server.Config) {
+		c.Gateway.BodyTimeout = bodyTimeout
+		c.Gateway.RequestRate, c.Gateway.RequestBurst = 0.01, 1
+	})
+	tok := n.user(t, "greedy")
+	n.ok(t, "GET", "/v1/conversations", tok, nil) // the one request of the burst
+	r := slowBody(n, "rate-limited send", "POST", "/v1/messages", tok, 50*time.Millisecond, bodyTimeout+5*time.Second)
+	switch {
+	case r.err != nil:
+		t.Fatal(r.err)
+	case r.status != http.StatusTooManyRequests || !r.close:
+		t.Fatalf("answered %d (Connection: close %v), want 429 with Connection: close", r.status, r.close)
+	case r.closedIn >= bodyTimeout:
+		t.Fatalf("closed only after %v: the rate-limited body was waited for", r.closedIn)
+	}
+}
