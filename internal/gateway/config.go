@@ -44,8 +44,9 @@ type Config struct {
 	RequestBurst int
 	// DevLogin enables POST /v1/dev/login, which signs a browser in by user and device name
 	// alone (creating the user if needed). For development on a loopback address only:
-	// cmd/parley refuses it on any other address, and the endpoint answers only loopback
-	// peers. Off by default; when off the endpoint does not exist (404).
+	// cmd/parley refuses it on any other address, and the endpoint answers only requests of
+	// this server's own page on this machine (loopback peer and Host, same Origin, JSON; see
+	// devLoginCheck). Off by default; when off the endpoint does not exist (404).
 	DevLogin bool
 }
 
