@@ -89,6 +89,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now,
 		Room: diskRoom(cfg.Data)})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
+	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
+	// deadline and cancels the request). The gateway bounds each request body with its own
+	// deadline instead (gateway.Config.BodyTimeout).
 	s.http = &http.Server{
 		Handler:           s.Gateway,
 		ReadHeaderTimeout: 10 * time.Second,
