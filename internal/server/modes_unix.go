@@ -9,8 +9,8 @@ import (
 )
 
 // privateData makes a data directory private to the user the server runs as: the
-// directory and every directory under it 0700, every file at most 0600 (group and other
-// bits cleared). The store holds every message and the secrets that sign tokens, yet an
+// directory and every directory under it 0700, every file without group and other
+// permissions (0644 becomes 0600). The store holds every message and the secrets that sign tokens, yet an
 // existing directory may have been made 0755 by hand, and engines create files with 0644
 // unless the process umask says otherwise (cmd/parley sets 077 too; this covers the files
 // that existed before, and library users such as tests).
