@@ -244,7 +244,7 @@ const (
 	sendersPerUser   = 2  // concurrent SendWithID loops per client: up to 16 sends in flight
 	msgsPerRound     = 45 // new messages per sender per round
 	killAfterAcks    = 300
-	crashAdminSecret = "crash-test-admin-secret"
+	crashAdminSecret = "crash-test-admin-secret-0123456789abcdef"
 )
 
 // crashMsg is one message the test sends, identified by its pre-chosen client_msg_id.

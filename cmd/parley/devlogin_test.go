@@ -23,7 +23,7 @@ func TestServeDevLoginNeedsLoopback(t *testing.T) {
 		{addr: ":0", env: map[string]string{"PARLEY_DEV_LOGIN": "true"}},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
-		args := append([]string{"serve", "--addr", tc.addr, "--data", dir, "--admin-secret", "s"}, tc.args...)
+		args := append([]string{"serve", "--addr", tc.addr, "--data", dir, "--admin-secret", testSecret}, tc.args...)
 		_, _, err := runCmd(t, env(tc.env), args...)
 		if err == nil || !strings.Contains(err.Error(), "--dev-login") || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("serve --addr %s %v (env %v): error %v, want a refusal naming --dev-login and loopback", tc.addr, tc.args, tc.env, err)
@@ -45,7 +45,7 @@ func TestLoopbackAddr(t *testing.T) {
 // TestServeDevLogin: with the flag on a loopback address the endpoint signs in; without it
 // the endpoint does not exist. The page is served either way.
 func TestServeDevLogin(t *testing.T) {
-	on := runServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"), "--admin-secret", "s", "--dev-login")
+	on := runServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"), "--admin-secret", testSecret, "--dev-login")
 	resp, err := http.Post(on.URL+"/v1/dev/login", "application/json", strings.NewReader(`{"user_id":"alice","device_id":"web"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestServeDevLogin(t *testing.T) {
 		t.Errorf("dev login with --dev-login: %d, want 200", resp.StatusCode)
 	}
 
-	off := runServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"), "--admin-secret", "s")
+	off := runServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"), "--admin-secret", testSecret)
 	for path, want := range map[string]int{"/v1/dev/login": 404, "/": 200} {
 		resp, err := http.Get(off.URL + path)
 		if err != nil {

@@ -20,6 +20,9 @@ import (
 	"github.com/parleychat/parley/client"
 )
 
+// testSecret is an admin secret long enough for serve (32 bytes or more).
+const testSecret = "test-admin-secret-0123456789abcdef"
+
 // env returns a getenv over a fixed map, so tests never read the real environment.
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
@@ -105,12 +108,12 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 		},
 		{
 			name: "flags",
-			args: []string{"--addr", "127.0.0.1:0", "--data", "/tmp/x", "--admin-secret", "s3", "--relaxed-durability",
+			args: []string{"--addr", "127.0.0.1:0", "--data", "/tmp/x", "--admin-secret", "s3-0123456789abcdef0123456789abcdef", "--relaxed-durability",
 				"--heartbeat", "2s", "--idle-timeout", "5s", "--send-rate", "0", "--request-rate", "0", "--recall-window", "1m",
 				"--max-group-members", "10", "--log-level", "debug", "--log-format", "json"},
 			check: func(t *testing.T, c serveConfig) {
 				n := c.Node
-				if c.Addr != "127.0.0.1:0" || n.Data != "/tmp/x" || n.AdminSecret != "s3" || !n.Relaxed ||
+				if c.Addr != "127.0.0.1:0" || n.Data != "/tmp/x" || n.AdminSecret != "s3-0123456789abcdef0123456789abcdef" || !n.Relaxed ||
 					n.Gateway.HeartbeatInterval != 2*time.Second || n.Gateway.IdleTimeout != 5*time.Second ||
 					n.Gateway.SendRate != 0 || n.Gateway.RequestRate != 0 || n.Chat.RecallWindow != time.Minute ||
 					n.Chat.MaxGroupMembers != 10 || c.LogLevel != "debug" || c.LogFormat != "json" {
@@ -121,11 +124,11 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 		{
 			name: "env fills unset flags",
 			env: map[string]string{"PARLEY_ADDR": "127.0.0.1:9999", "PARLEY_DATA": "/tmp/envdata",
-				"PARLEY_ADMIN_SECRET": "env-secret", "PARLEY_RELAXED_DURABILITY": "true", "PARLEY_HEARTBEAT": "3s",
+				"PARLEY_ADMIN_SECRET": "env-secret-0123456789abcdef0123456789", "PARLEY_RELAXED_DURABILITY": "true", "PARLEY_HEARTBEAT": "3s",
 				"PARLEY_IDLE_TIMEOUT": "9s", "PARLEY_SEND_RATE": "7.5", "PARLEY_SEND_BURST": "3", "PARLEY_LOG_FORMAT": "json"},
 			check: func(t *testing.T, c serveConfig) {
 				n := c.Node
-				if c.Addr != "127.0.0.1:9999" || n.Data != "/tmp/envdata" || n.AdminSecret != "env-secret" || !n.Relaxed ||
+				if c.Addr != "127.0.0.1:9999" || n.Data != "/tmp/envdata" || n.AdminSecret != "env-secret-0123456789abcdef0123456789" || !n.Relaxed ||
 					n.Gateway.HeartbeatInterval != 3*time.Second || n.Gateway.IdleTimeout != 9*time.Second ||
 					n.Gateway.SendRate != 7.5 || n.Gateway.SendBurst != 3 || c.LogFormat != "json" {
 					t.Errorf("environment not applied: %+v", c)
@@ -134,17 +137,37 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 		},
 		{
 			name: "flag beats env, even when the flag is the zero value",
-			args: []string{"--addr", "127.0.0.1:0", "--admin-secret", "flag-secret", "--send-rate", "0", "--heartbeat", "1s"},
-			env: map[string]string{"PARLEY_ADDR": "127.0.0.1:9999", "PARLEY_ADMIN_SECRET": "env-secret",
+			args: []string{"--addr", "127.0.0.1:0", "--admin-secret", "flag-secret-0123456789abcdef012345678", "--send-rate", "0", "--heartbeat", "1s"},
+			env: map[string]string{"PARLEY_ADDR": "127.0.0.1:9999", "PARLEY_ADMIN_SECRET": "env-secret-0123456789abcdef0123456789",
 				"PARLEY_SEND_RATE": "50", "PARLEY_HEARTBEAT": "20s", "PARLEY_IDLE_TIMEOUT": "40s"},
 			check: func(t *testing.T, c serveConfig) {
 				n := c.Node
-				if c.Addr != "127.0.0.1:0" || n.AdminSecret != "flag-secret" || n.Gateway.SendRate != 0 ||
+				if c.Addr != "127.0.0.1:0" || n.AdminSecret != "flag-secret-0123456789abcdef012345678" || n.Gateway.SendRate != 0 ||
 					n.Gateway.HeartbeatInterval != time.Second {
 					t.Errorf("a flag lost to the environment: %+v", c)
 				}
 				if n.Gateway.IdleTimeout != 40*time.Second {
 					t.Errorf("idle timeout %v, want 40s from PARLEY_IDLE_TIMEOUT", n.Gateway.IdleTimeout)
+				}
+			},
+		},
+		{
+			name: "hardening flags",
+			args: []string{"--debug-addr", "0.0.0.0:6060", "--debug-addr-public", "--longpolls-per-user", "3", "--body-timeout", "2s",
+				"--admin-secret", strings.Repeat("x", 32)},
+			check: func(t *testing.T, c serveConfig) {
+				g := c.Node.Gateway
+				if !c.DebugPublic || g.LongPollsPerUser != 3 || g.BodyTimeout != 2*time.Second {
+					t.Errorf("got debug public %v, long-polls %d, body timeout %v", c.DebugPublic, g.LongPollsPerUser, g.BodyTimeout)
+				}
+			},
+		},
+		{
+			name: "loopback debug address",
+			args: []string{"--debug-addr", "localhost:6060"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.DebugAddr != "localhost:6060" {
+					t.Errorf("got debug addr %q", c.DebugAddr)
 				}
 			},
 		},
@@ -191,11 +214,17 @@ func TestServeInvalidConfig(t *testing.T) {
 		{"bad env value", nil, map[string]string{"PARLEY_HEARTBEAT": "soon"}, "PARLEY_HEARTBEAT"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "log-level"},
 		{"bad log format", []string{"--log-format", "xml"}, nil, "log-format"},
+		{"one-character admin secret", []string{"--admin-secret", "s"}, nil, "at least 32"},
+		{"31-byte admin secret", []string{"--admin-secret", strings.Repeat("x", 31)}, nil, "at least 32"},
+		{"public debug address", []string{"--debug-addr", ":6060"}, nil, "--debug-addr-public"},
+		{"remote debug address", []string{"--debug-addr", "192.0.2.1:6060"}, nil, "--debug-addr-public"},
+		{"zero long-polls per user", []string{"--longpolls-per-user", "0"}, nil, "long-polls"},
+		{"zero body timeout", []string{"--body-timeout", "0s"}, nil, "body timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--admin-secret", "s"}, tc.args...)
+			args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--admin-secret", testSecret}, tc.args...)
 			_, stderr, err := runCmd(t, env(tc.env), args...)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("serve %q: error %v, want one containing %q\nstderr: %s", tc.args, err, tc.wantErr, stderr)
@@ -329,10 +358,10 @@ func TestServeConfiguredFromEnv(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "envdata")
 	s := runServe(t, env(map[string]string{
 		"PARLEY_DATA":         dir,
-		"PARLEY_ADMIN_SECRET": "env-secret",
+		"PARLEY_ADMIN_SECRET": "env-secret-0123456789abcdef0123456789",
 		"PARLEY_ADDR":         "256.0.0.1:1", // unusable: the --addr flag must win
 	}))
-	mustCreateUser(ctx, t, s.URL, "env-secret", "carol")
+	mustCreateUser(ctx, t, s.URL, "env-secret-0123456789abcdef0123456789", "carol")
 	if _, err := os.Stat(filepath.Join(dir, "admin.secret")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a secret was generated although PARLEY_ADMIN_SECRET is set (stat: %v)", err)
 	}
@@ -340,10 +369,10 @@ func TestServeConfiguredFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s = runServe(t, env(map[string]string{"PARLEY_DATA": dir, "PARLEY_ADMIN_SECRET": "env-secret"}),
-		"--admin-secret", "flag-secret")
-	mustCreateUser(ctx, t, s.URL, "flag-secret", "dave")
-	_, _, err := client.NewAdmin(s.URL, "env-secret", nil).CreateUser(ctx, "eve", "")
+	s = runServe(t, env(map[string]string{"PARLEY_DATA": dir, "PARLEY_ADMIN_SECRET": "env-secret-0123456789abcdef0123456789"}),
+		"--admin-secret", "flag-secret-0123456789abcdef012345678")
+	mustCreateUser(ctx, t, s.URL, "flag-secret-0123456789abcdef012345678", "dave")
+	_, _, err := client.NewAdmin(s.URL, "env-secret-0123456789abcdef0123456789", nil).CreateUser(ctx, "eve", "")
 	if client.ErrorCode(err) != http.StatusUnauthorized {
 		t.Errorf("the environment's secret still works beside --admin-secret: %v", err)
 	}
@@ -383,7 +412,7 @@ func TestOperatorCommandsOffline(t *testing.T) {
 		t.Errorf("token for an unknown user succeeded")
 	}
 
-	s := runServe(t, getenv, "--admin-secret", "s")
+	s := runServe(t, getenv, "--admin-secret", testSecret)
 	c := client.New(client.Options{BaseURL: s.URL, Token: token})
 	conv, err := c.CreateDirect(ctx, "bob")
 	if err != nil {
@@ -417,7 +446,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const secret = "drain-secret"
+	const secret = "drain-secret-0123456789abcdef0123456789"
 	p := startServe(t, t.TempDir(), "--admin-secret", secret)
 	admin := client.NewAdmin(p.URL, secret, nil)
 	var tokens []string

@@ -18,11 +18,12 @@ import (
 
 // serveConfig is everything `parley serve` is configured with.
 type serveConfig struct {
-	Addr      string
-	DebugAddr string
-	LogLevel  string
-	LogFormat string
-	Node      server.Config
+	Addr        string
+	DebugAddr   string
+	DebugPublic bool // serve pprof on a non-loopback --debug-addr all the same
+	LogLevel    string
+	LogFormat   string
+	Node        server.Config
 }
 
 // shutdownBudget is how long a SIGTERM drain may take (PROTOCOL section 11 allows 10 s).
@@ -33,9 +34,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	n := &c.Node
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this address (keep it private)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this loopback address")
+	fs.BoolVar(&c.DebugPublic, "debug-addr-public", false, "allow a non-loopback --debug-addr (pprof exposes memory contents: only behind a firewall)")
 	fs.StringVar(&n.Data, "data", n.Data, "data directory of the embedded store (created if missing)")
-	fs.StringVar(&n.AdminSecret, "admin-secret", "", "operator bearer secret; generated into the data directory when empty")
+	fs.StringVar(&n.AdminSecret, "admin-secret", "", fmt.Sprintf("operator bearer secret, at least %d bytes; generated into the data directory when empty", minAdminSecret))
+	fs.IntVar(&n.Gateway.LongPollsPerUser, "longpolls-per-user", n.Gateway.LongPollsPerUser, "long-polls one user may have waiting at once (one per device)")
+	fs.DurationVar(&n.Gateway.BodyTimeout, "body-timeout", n.Gateway.BodyTimeout, "time a client may take to send a request body (408 past it)")
 	fs.StringVar(&n.Engine, "store", "", "embedded storage engine, sqlite or pebble (default: the data directory's own, sqlite for a new one)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: survives a process crash but may lose the last acked messages on power loss")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -61,7 +65,27 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if n.Gateway.DevLogin && !loopbackAddr(c.Addr) {
 		return c, fmt.Errorf("--dev-login signs anyone in without a secret, so it needs a loopback --addr (127.0.0.1, [::1] or localhost), not %q", c.Addr)
 	}
-	return c, errors.Join(n.Chat.Validate(), n.Gateway.Validate())
+	return c, errors.Join(c.validate(), n.Chat.Validate(), n.Gateway.Validate())
+}
+
+// minAdminSecret is the shortest --admin-secret accepted, in bytes: the secret is the whole
+// of the operator's authentication, so it must not be guessable by trying (the generated
+// one is 32 random bytes, as 64 hex digits).
+const minAdminSecret = 32
+
+// validate checks the flags that only serve has: the admin secret's length and a private
+// debug address.
+func (c serveConfig) validate() error {
+	var errs []error
+	if s := c.Node.AdminSecret; s != "" && len(s) < minAdminSecret {
+		errs = append(errs, fmt.Errorf("--admin-secret (PARLEY_ADMIN_SECRET) is %d bytes long, it must be at least %d: "+
+			"use a random one (openssl rand -hex 32) or leave it unset to have one generated", len(s), minAdminSecret))
+	}
+	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) && !c.DebugPublic {
+		errs = append(errs, fmt.Errorf("--debug-addr %q is not a loopback address: pprof exposes the process's memory "+
+			"contents (tokens, messages), so it is refused unless --debug-addr-public is also given", c.DebugAddr))
+	}
+	return errors.Join(errs...)
 }
 
 // serve runs the server until ctx ends (SIGTERM, SIGINT), then drains it.
@@ -73,6 +97,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.Node.Logger, err = newLogger(stderr, cfg.LogLevel, cfg.LogFormat); err != nil {
 		return err
 	}
+	privateUmask()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
@@ -119,6 +144,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 // with the engine that created it. With SQLite (WAL) they work beside a running server.
 // engine "" means the directory's own (SQLite for a new directory).
 func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), error) {
+	privateUmask()
 	cfg := server.DefaultConfig(dir)
 	cfg.Engine = engine
 	st, err := server.OpenStore(ctx, cfg, nil)

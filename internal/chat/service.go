@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
@@ -70,7 +69,10 @@ type Service struct {
 
 	gens sync.Map // user id -> int64 token generation, cached after first use
 
-	writeFailing atomic.Bool // the last write transaction failed in the store (see Healthy)
+	room func() error // see Options.Room; never nil
+
+	writeMu  sync.Mutex // guards writeErr
+	writeErr error      // the store write failure Healthy reports, until writes recover
 }
 
 // Observer receives measurements; the metrics package implements it. Methods must be cheap
@@ -98,6 +100,10 @@ type Options struct {
 	Now         func() time.Time // default time.Now
 	Logger      *slog.Logger     // default slog.Default()
 	Observer    Observer         // default: none
+	// Room reports whether the store's disk has room for writes again (nil) or why not. A
+	// write failure stays reported by Healthy until a write succeeds while Room says yes:
+	// one small write can succeed on a disk that is still full. Default: always room.
+	Room func() error
 }
 
 // New returns a Service. It does not start background work; call RunRetention for that.
@@ -117,6 +123,10 @@ func New(o Options) *Service {
 	}
 	if s.hub == nil {
 		s.hub = hub.New()
+	}
+	s.room = o.Room
+	if s.room == nil {
+		s.room = func() error { return nil }
 	}
 	return s
 }

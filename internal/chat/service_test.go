@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/sqlite"
 	"github.com/parleychat/parley/protocol"
 )
@@ -672,4 +674,73 @@ func TestHealthFollowsTheStore(t *testing.T) {
 	_, err := e.svc.Send(ctx, me("alice"), protocol.SendRequest{ConvID: conv, ClientMsgID: "x", ContentType: 1, Content: json.RawMessage(`1`)})
 	wantErr(t, err, chat.ErrUnavailable)
 	wantErr(t, e.svc.Healthy(ctx), chat.ErrUnavailable)
+}
+
+// fullDisk stands for a store whose disk fills and frees on demand: while writes is set
+// every write transaction fails as SQLite's does on a full disk; while full is set the
+// service's Room check reports no room.
+type fullDisk struct {
+	store.Store
+	writes, full atomic.Bool
+}
+
+func (d *fullDisk) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if d.writes.Load() {
+		return errors.New("database or disk is full")
+	}
+	return d.Store.Update(ctx, fn)
+}
+
+func (d *fullDisk) room() error {
+	if d.full.Load() {
+		return errors.New("12 KiB free")
+	}
+	return nil
+}
+
+// TestHealthReportsWriteFailureUntilRoom: after a write failed, one small write that fits
+// on a still full disk does not turn the health green; a write once the disk has room does.
+func TestHealthReportsWriteFailureUntilRoom(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	disk := &fullDisk{Store: st}
+	svc := chat.New(chat.Options{Store: disk, Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")),
+		Config: chat.DefaultConfig(), Room: disk.room})
+	for _, u := range []string{"alice", "bob"} {
+		if _, _, err := svc.CreateUser(ctx, u, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := svc.CreateConversation(ctx, me("alice"), protocol.CreateConversationRequest{Type: "direct", PeerID: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id string) error {
+		_, err := svc.Send(ctx, me("alice"), protocol.SendRequest{ConvID: c.ConvID, ClientMsgID: id, ContentType: 1, Content: json.RawMessage(`1`)})
+		return err
+	}
+	steps := []struct {
+		name          string
+		writes, full  bool
+		send, healthy error
+	}{
+		{"healthy", false, false, nil, nil},
+		{"disk full", true, true, chat.ErrUnavailable, chat.ErrUnavailable},
+		{"a small write fits, the disk is still full", false, true, nil, chat.ErrUnavailable},
+		{"room again, a write succeeds", false, false, nil, nil},
+	}
+	for i, step := range steps {
+		disk.writes.Store(step.writes)
+		disk.full.Store(step.full)
+		wantErr(t, send(fmt.Sprintf("m%d", i)), step.send)
+		err := svc.Healthy(ctx)
+		wantErr(t, err, step.healthy)
+		if err != nil && !strings.Contains(err.Error(), "database or disk is full") {
+			t.Errorf("%s: health %q does not report the last write error", step.name, err)
+		}
+	}
 }

@@ -87,21 +87,42 @@ func (s *Service) update(ctx context.Context, op string, fn func(tx store.Tx, ob
 	})
 	if err != nil {
 		if !isDomain(err) && ctx.Err() == nil {
-			s.writeFailing.Store(true)
+			s.writeFailed(err)
 		}
 		return s.storeErr(op, err)
 	}
-	s.writeFailing.Store(false)
+	s.writeSucceeded()
 	s.publish(&ob)
 	return nil
 }
 
-// Healthy reports whether the store answers reads and the last write transaction did not
-// fail: a server whose disk is full still accepts connections, but should not be reported
-// as healthy while every send gets 503.
+// writeFailed records a store write failure for Healthy.
+func (s *Service) writeFailed(err error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.writeErr = err
+}
+
+// writeSucceeded clears a recorded write failure, but only when the disk has room again
+// (Options.Room): on a full disk a small write may still fit, and the next send fail.
+func (s *Service) writeSucceeded() {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if s.writeErr != nil && s.room() == nil {
+		s.writeErr = nil
+	}
+}
+
+// Healthy reports whether the store answers reads and writes succeed: a server whose disk
+// is full still accepts connections, but should not be reported as healthy while every
+// send gets 503. Once a write has failed, Healthy reports that failure until a later write
+// succeeds with room on the disk (see Options.Room).
 func (s *Service) Healthy(ctx context.Context) error {
-	if s.writeFailing.Load() {
-		return fmt.Errorf("%w: the last write transaction failed", ErrUnavailable)
+	s.writeMu.Lock()
+	failed := s.writeErr
+	s.writeMu.Unlock()
+	if failed != nil {
+		return fmt.Errorf("%w: the last write failed and no write has succeeded since with room on the disk: %v", ErrUnavailable, failed)
 	}
 	return s.view(ctx, "health", func(tx store.ReadTx) error {
 		_, err := tx.Conversation(ctx, "") // no such row: a cheap round trip

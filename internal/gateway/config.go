@@ -23,6 +23,16 @@ type Config struct {
 	WriteTimeout time.Duration
 	// MaxBodyBytes is the largest HTTP request body; larger ones get 413. Default 1 MiB.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a client may take to send a request body, from the end
+	// of its headers: a body that trickles in slower is cut with 408 and the connection is
+	// closed, so that slow senders cannot hold connections and file descriptors. It is a
+	// per-request deadline, not http.Server.ReadTimeout, which would also cut long-polls.
+	// Default 10 s.
+	BodyTimeout time.Duration
+	// LongPollsPerUser is how many long-polls (GET /v1/sync with wait) one user may have
+	// waiting at once, one per device; past it the request gets 429. A device's new
+	// long-poll ends its previous one. Default 8.
+	LongPollsPerUser int
 	// SendRate and SendBurst limit messages sent per device (per second, token bucket).
 	// SendRate 0 turns the limit off. Default 100/s, burst 200.
 	SendRate  float64
@@ -34,8 +44,9 @@ type Config struct {
 	RequestBurst int
 	// DevLogin enables POST /v1/dev/login, which signs a browser in by user and device name
 	// alone (creating the user if needed). For development on a loopback address only:
-	// cmd/parley refuses it on any other address, and the endpoint answers only loopback
-	// peers. Off by default; when off the endpoint does not exist (404).
+	// cmd/parley refuses it on any other address, and the endpoint answers only requests of
+	// this server's own page on this machine (loopback peer and Host, same Origin, JSON; see
+	// devLoginCheck). Off by default; when off the endpoint does not exist (404).
 	DevLogin bool
 }
 
@@ -47,6 +58,8 @@ func DefaultConfig() Config {
 		SendQueue:         256,
 		WriteTimeout:      10 * time.Second,
 		MaxBodyBytes:      1 << 20,
+		BodyTimeout:       10 * time.Second,
+		LongPollsPerUser:  8,
 		SendRate:          100,
 		SendBurst:         200,
 		RequestRate:       500,
@@ -71,6 +84,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("max body bytes must be positive"))
+	}
+	if c.BodyTimeout <= 0 {
+		errs = append(errs, errors.New("body timeout must be positive"))
+	}
+	if c.LongPollsPerUser < 1 {
+		errs = append(errs, errors.New("long-polls per user must be at least 1"))
 	}
 	errs = append(errs, validRate("send", c.SendRate, c.SendBurst), validRate("request", c.RequestRate, c.RequestBurst))
 	return errors.Join(errs...)

@@ -21,6 +21,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no queue", func(c *Config) { c.SendQueue = 0 }, false},
 		{"no write timeout", func(c *Config) { c.WriteTimeout = 0 }, false},
 		{"no body", func(c *Config) { c.MaxBodyBytes = 0 }, false},
+		{"no body timeout", func(c *Config) { c.BodyTimeout = 0 }, false},
+		{"no long-polls", func(c *Config) { c.LongPollsPerUser = 0 }, false},
 		{"negative rate", func(c *Config) { c.SendRate = -1 }, false},
 		{"NaN rate", func(c *Config) { c.RequestRate = math.NaN() }, false},
 		{"rate without burst", func(c *Config) { c.SendBurst = 0 }, false},

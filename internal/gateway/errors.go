@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,12 +21,13 @@ func (e *statusError) Error() string { return e.msg }
 
 // rateLimitError answers 429; retryAfter is how long until the request would be allowed.
 type rateLimitError struct {
-	what       string // "request" or "send"
+	what       string // "request", "send" or "waiting long-poll"
+	who        string // whose limit it is; "" means "this device"
 	retryAfter int    // whole seconds, at least 1
 }
 
 func (e *rateLimitError) Error() string {
-	return fmt.Sprintf("rate limited: too many %ss from this device, retry after %d s", e.what, e.retryAfter)
+	return fmt.Sprintf("rate limited: too many %ss from %s, retry after %d s", e.what, cmp.Or(e.who, "this device"), e.retryAfter)
 }
 
 // Errors of the gateway that map through the table below.

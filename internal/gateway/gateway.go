@@ -46,6 +46,7 @@ type Gateway struct {
 	upgrader    websocket.Upgrader
 	requests    *limiter // nil when off
 	sends       *limiter // nil when off
+	polls       *longPolls
 
 	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
 	drain    context.CancelFunc
@@ -87,6 +88,7 @@ func New(o Options) *Gateway {
 		mux:         http.NewServeMux(),
 		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
 		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
+		polls:       newLongPolls(o.Config.LongPollsPerUser),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
 	}
@@ -143,8 +145,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.met.HTTPRequest(sw.code())
 	}()
+	g.bodyDeadline(w, r)
 	if g.draining.Load() && r.URL.Path != "/metrics" {
-		g.writeError(sw, r, errDraining)
+		g.refuse(sw, r, errDraining)
 		return
 	}
 	if h, pattern := g.mux.Handler(r); pattern == "" {
@@ -162,10 +165,10 @@ func (g *Gateway) noRoute(w http.ResponseWriter, r *http.Request, h http.Handler
 	switch cw.status {
 	case http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", cw.header.Get("Allow"))
-		g.writeError(w, r, &statusError{http.StatusMethodNotAllowed,
+		g.refuse(w, r, &statusError{http.StatusMethodNotAllowed,
 			fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, cw.header.Get("Allow"))})
 	default:
-		g.writeError(w, r, &statusError{http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+		g.refuse(w, r, &statusError{http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	}
 }
 

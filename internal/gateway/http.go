@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -32,20 +33,15 @@ func (g *Gateway) clientSend(h clientFunc) http.Handler { return g.clientRoute(h
 
 func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		status, out, err := func() (int, any, error) {
-			me, _, err := g.authenticate(r, false)
-			if err != nil {
-				return 0, nil, err
-			}
-			if err := g.allow(me, send); err != nil {
-				return 0, nil, err
-			}
-			body, err := g.readBody(w, r)
-			if err != nil {
-				return 0, nil, err
-			}
-			return h(r, body, me)
-		}()
+		me, _, err := g.authenticate(r, false)
+		if err == nil {
+			err = g.allow(me, send)
+		}
+		body, ok := g.admit(w, r, err)
+		if !ok {
+			return
+		}
+		status, out, err := h(r, body, me)
 		g.reply(w, r, status, out, err)
 	})
 }
@@ -53,18 +49,44 @@ func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 // admin wraps an operator route: the admin secret, the body limit.
 func (g *Gateway) admin(h adminFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		status, out, err := func() (int, any, error) {
-			if err := g.checkAdmin(r); err != nil {
-				return 0, nil, err
-			}
-			body, err := g.readBody(w, r)
-			if err != nil {
-				return 0, nil, err
-			}
-			return h(r, body)
-		}()
+		body, ok := g.admit(w, r, g.checkAdmin(r))
+		if !ok {
+			return
+		}
+		status, out, err := h(r, body)
 		g.reply(w, r, status, out, err)
 	})
+}
+
+// admit reads the body of a request that passed its checks (checked is nil) and returns
+// it. A request that failed them is refused before its body is read, so that an
+// unauthenticated or rate-limited client cannot make the server wait for its body; one
+// whose body cannot be read is refused too. ok is false when the request was answered.
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, checked error) (body []byte, ok bool) {
+	err := checked
+	if err == nil {
+		body, err = g.readBody(w, r)
+	}
+	if err != nil {
+		g.refuse(w, r, err)
+		return nil, false
+	}
+	return body, true
+}
+
+// refuse answers a request whose body was not read (or not wholly read) with err, then
+// drops the connection when the request has a body: net/http would otherwise read the
+// unread body after the handler returns, to reuse the connection, and a client that
+// trickles it would hold the connection until the body deadline. "Connection: close" tells
+// the client; the expired read deadline makes net/http give up on the body at once.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if r.ContentLength == 0 {
+		g.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Connection", "close")
+	g.writeError(w, r, err)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 func (g *Gateway) reply(w http.ResponseWriter, r *http.Request, status int, out any, err error) {
@@ -75,7 +97,10 @@ func (g *Gateway) reply(w http.ResponseWriter, r *http.Request, status int, out 
 	g.writeJSON(w, status, out)
 }
 
-// readBody reads the request body, at most MaxBodyBytes of it (413 past that).
+// readBody reads the request body, at most MaxBodyBytes of it (413 past that), within the
+// BodyTimeout deadline that ServeHTTP set (408 past that). Once the body is in, the
+// deadline is lifted: net/http's background read, which notices a client that leaves a
+// long-poll, would otherwise end the request when it passes.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -89,10 +114,22 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	switch {
 	case errors.As(err, &mbe):
 		return nil, tooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, &statusError{http.StatusRequestTimeout,
+			fmt.Sprintf("request body not received within %v", g.cfg.BodyTimeout)}
 	case err != nil:
 		return nil, invalidf("reading request body: %v", err)
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, nil
+}
+
+// bodyDeadline starts the BodyTimeout clock for a request that has a body (readBody lifts
+// it). It bounds net/http's own reading of a body that no handler reads, too.
+func (g *Gateway) bodyDeadline(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
+	}
 }
 
 // writeJSON sends v as a JSON body with status.
@@ -356,7 +393,8 @@ func (g *Gateway) snapshot(r *http.Request, _ []byte, me chat.Identity) (int, an
 }
 
 // sync answers GET /v1/sync. A waiting long-poll ends early, with no events, when the client
-// goes away or the gateway drains.
+// goes away, the gateway drains, or a newer long-poll of the same device starts (see
+// longPolls; past the per-user cap it gets 429).
 func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
 	q := r.URL.Query()
 	cursor, err := requiredQueryInt(q, "cursor", 0)
@@ -376,6 +414,11 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 	stop := context.AfterFunc(g.drainCtx, cancel)
 	defer stop()
 	if wait > 0 {
+		release, err := g.polls.begin(me, cancel)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer release()
 		g.met.LongPollStarted()
 		defer g.met.LongPollEnded()
 	}

@@ -103,6 +103,9 @@ func (ts *testServer) do(method, path, token string, body any) (int, []byte, htt
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		ts.t.Fatalf("%s %s: %v", method, path, err)

@@ -95,7 +95,8 @@ func TestDevLoginRefusesRemotePeers(t *testing.T) {
 		{"192.0.2.7:5000", 403}, {"[2001:db8::1]:5000", 403}, {"garbage", 403},
 	} {
 		req := httptest.NewRequest("POST", "/v1/dev/login", strings.NewReader(`{"user_id":"alice","device_id":"web"}`))
-		req.RemoteAddr = tc.remote
+		req.RemoteAddr, req.Host = tc.remote, "127.0.0.1"
+		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		ts.gw.ServeHTTP(rec, req)
 		if rec.Code != tc.want {

@@ -90,8 +90,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		unlock()
 		return nil, err
 	}
-	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat, Logger: cfg.Logger, Observer: m, Now: cfg.Now})
+	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
+		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: diskRoom(cfg.Data)})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
+	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
+	// deadline and cancels the request). The gateway bounds each request body with its own
+	// deadline instead (gateway.Config.BodyTimeout).
 	s.http = &http.Server{
 		Handler:           s.Gateway,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -106,21 +110,34 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 // OpenStore opens the embedded engine cfg names in cfg.Data (by default the one whose files
 // are there, else SQLite). A data directory belongs to the engine that created it: naming
-// another one is an error, not a second empty store.
+// another one is an error, not a second empty store. The directory is made private
+// (0700, its files 0600) once the engine has opened it.
 func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
 	found := DetectEngine(cfg.Data)
 	engine := cmp.Or(cfg.Engine, found, "sqlite")
 	if found != "" && found != engine {
 		return nil, fmt.Errorf("data directory %s holds a %s store: start with --store %s", cfg.Data, found, found)
 	}
+	var st store.Store
+	var err error
 	switch engine {
 	case "sqlite":
-		return sqlite.Open(ctx, sqlite.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
+		st, err = sqlite.Open(ctx, sqlite.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
 	case "pebble":
-		return openPebble(ctx, cfg, onCommit)
+		st, err = openPebble(ctx, cfg, onCommit)
 	default:
 		return nil, fmt.Errorf("unknown storage engine %q (sqlite or pebble)", cfg.Engine)
 	}
+	if err != nil {
+		return nil, err
+	}
+	// After the open, so that the files the engine just created (SQLite's -wal and -shm)
+	// are covered too.
+	if err := privateData(cfg.Data); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("make data directory %s private: %w", cfg.Data, err)
+	}
+	return st, nil
 }
 
 // DetectEngine names the engine whose files dataDir holds, or "" for a new directory.

@@ -1,0 +1,84 @@
+//go:build unix
+
+package server
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/parleychat/parley/internal/auth"
+)
+
+// TestDataDirectoryIsPrivate: an existing data directory left 0755 with readable files is
+// tightened when the server opens it, and the store's own files (SQLite's db, -wal, -shm),
+// the secrets and the lock end up 0600, even with a permissive umask.
+func TestDataDirectoryIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	mustMkdir(t, filepath.Join(dir, "old"))
+	mustWrite(t, filepath.Join(dir, "notes.txt"), 0o644)
+	mustWrite(t, filepath.Join(dir, "old", "backup.db"), 0o664)
+	for _, d := range []string{dir, filepath.Join(dir, "old")} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig(dir)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Service.CreateUser(context.Background(), "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %v, want %v", path, got, want)
+		}
+		seen[d.Name()] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, name := range []string{"parley.db", "parley.db-wal", "parley.db-shm", "LOCK", auth.AdminSecretFile, auth.SigningKeyFile, "notes.txt", "backup.db"} {
+		if !seen[name] {
+			t.Errorf("no %s in the data directory (saw %v)", name, seen)
+		}
+	}
+}
+
+func mustMkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustWrite(t *testing.T, path string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("x"), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // WriteFile's mode is subject to the umask
+		t.Fatal(err)
+	}
+}
