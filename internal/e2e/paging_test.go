@@ -300,3 +300,109 @@ func fetchUntilStopped(t *testing.T, n *node, token string, paths ...string) (st
 		}
 	}
 }
+
+// namedUser creates a user with a name and returns a token for device "d1".
+func namedUser(t *testing.T, n *node, id, name string) string {
+	t.Helper()
+	n.expect(t, 201, "POST", "/v1/admin/users", n.AdminSecret, map[string]any{"user_id": id, "name": name})
+	return n.Token(t, id, "d1")
+}
+
+// TestMembersListing pages through a group's members: order of standing, names, roles;
+// members only.
+func TestMembersListing(t *testing.T) {
+	n := start(t)
+	owner := namedUser(t, n, "owner", "The Owner")
+	others := []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7"}
+	for _, u := range others {
+		namedUser(t, n, u, "Name of "+u)
+	}
+	outsider := n.user(t, "outsider")
+	conv := n.group(t, owner, "club", false, others[:4]...)["conv_id"].(string)
+	n.ok(t, "POST", "/v1/conversations/"+conv+"/members", owner, map[string]any{"add": others[4:]})
+
+	var got []map[string]any
+	for _, p := range n.pages(t, owner, "/v1/conversations/"+conv+"/members?", 3) {
+		wantKeys(t, "members page", p.body, append([]string{"members"}, pageKeys...)...)
+		ms := arr(t, p.body["members"])
+		if len(ms) > 3 {
+			t.Fatalf("members page of %d, limit 3", len(ms))
+		}
+		got = append(got, ms...)
+	}
+	want := append([]string{"owner"}, others...)
+	if len(got) != len(want) {
+		t.Fatalf("listed %d members, want %d: %s", len(got), len(want), show(got))
+	}
+	for i, m := range got {
+		wantKeys(t, "member", m, "user_id", "name", "joined_at", "role")
+		role, name := "member", "Name of "+want[i]
+		if i == 0 {
+			role, name = "owner", "The Owner"
+		}
+		wantFields(t, "member", m, map[string]any{"user_id": want[i], "name": name, "role": role})
+		if i > 0 && num(m["joined_at"]) < num(got[i-1]["joined_at"]) {
+			t.Fatalf("members not in order of standing: %s", show(got))
+		}
+	}
+
+	n.fail(t, 403, "GET", "/v1/conversations/"+conv+"/members", outsider, nil)
+	n.fail(t, 404, "GET", "/v1/conversations/g_aaaaaaaaaaaaaaaaaaaaaaaaaa/members", owner, nil)
+	n.fail(t, 400, "GET", "/v1/conversations/no.such!id/members", owner, nil)
+	n.fail(t, 400, "GET", "/v1/conversations/"+conv+"/members?after=m1", owner, nil)
+	n.fail(t, 401, "GET", "/v1/conversations/"+conv+"/members", "", nil)
+
+	direct := n.direct(t, owner, "m1")["conv_id"].(string)
+	ms := arr(t, n.ok(t, "GET", "/v1/conversations/"+direct+"/members", owner, nil)["members"])
+	if len(ms) != 2 || ms[0]["role"] != "member" || ms[1]["role"] != "member" {
+		t.Fatalf("direct conversation members: %s", show(ms))
+	}
+}
+
+// TestMeAndUserLookup checks GET /v1/me and GET /v1/users/{user_id}.
+func TestMeAndUserLookup(t *testing.T) {
+	n := start(t)
+	alice := namedUser(t, n, "alice", "Alice Liddell")
+	namedUser(t, n, "bob", "Bob")
+	phone := n.Token(t, "alice", "phone")
+
+	me := n.ok(t, "GET", "/v1/me", phone, nil)
+	wantKeys(t, "me", me, "user_id", "device_id", "name")
+	wantFields(t, "me", me, map[string]any{"user_id": "alice", "device_id": "phone", "name": "Alice Liddell"})
+
+	u := n.ok(t, "GET", "/v1/users/bob", alice, nil)
+	wantKeys(t, "user", u, "user_id", "name")
+	wantFields(t, "user", u, map[string]any{"user_id": "bob", "name": "Bob"})
+
+	n.fail(t, 404, "GET", "/v1/users/zoe", alice, nil)
+	n.fail(t, 400, "GET", "/v1/users/no!such", alice, nil)
+	n.fail(t, 401, "GET", "/v1/users/bob", "", nil)
+	n.fail(t, 401, "GET", "/v1/me", "", nil)
+}
+
+// TestLeaveGroupAddedTo: a user put in a group by someone else leaves it by removing
+// themselves, the way docs/protocol.md 5.5 tells.
+func TestLeaveGroupAddedTo(t *testing.T) {
+	n := start(t)
+	mallory, victim := n.user(t, "mallory"), n.user(t, "victim")
+	carol := n.user(t, "carol")
+	conv := n.group(t, mallory, "unwanted", false, "victim", "carol")["conv_id"].(string)
+	cursor := n.latest(t, victim)
+
+	b := n.ok(t, "POST", "/v1/conversations/"+conv+"/members", victim, map[string]any{"remove": []string{"victim"}})
+	wantFields(t, "brief after leaving", b, map[string]any{"members_count": float64(2), "owner_id": "mallory"})
+	n.fail(t, 403, "GET", "/v1/conversations/"+conv, victim, nil)
+	n.fail(t, 403, "GET", "/v1/conversations/"+conv+"/members", victim, nil)
+	if find(n.listed(t, victim), conv) != nil {
+		t.Fatalf("the group is still in the list of the user who left")
+	}
+	if evs := n.events(t, victim, cursor); len(evs) != 1 || evs[0]["type"] != protocol.EventConvUpdated {
+		t.Fatalf("events after leaving: %s", show(evs))
+	}
+	ms := arr(t, n.ok(t, "GET", "/v1/conversations/"+conv+"/members", mallory, nil)["members"])
+	if len(ms) != 2 || ms[0]["user_id"] != "mallory" || ms[1]["user_id"] != "carol" {
+		t.Fatalf("members after the victim left: %s", show(ms))
+	}
+	// Removing someone else stays the owner's right.
+	n.fail(t, 403, "POST", "/v1/conversations/"+conv+"/members", carol, map[string]any{"remove": []string{"mallory"}})
+}
