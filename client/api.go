@@ -53,13 +53,6 @@ func (c *Client) Rename(ctx context.Context, convID, name string) (ConversationB
 	return out, err
 }
 
-// ListConversations returns the caller's visible conversations, most recently active first.
-func (c *Client) ListConversations(ctx context.Context) ([]ConversationBrief, error) {
-	var out protocol.ConversationList
-	_, err := c.http.do(ctx, http.MethodGet, "/v1/conversations", nil, nil, &out)
-	return out.Conversations, err
-}
-
 // GetConversation returns one conversation as the caller sees it. 404: no such conversation,
 // or the caller is not a member (the server answers both alike).
 func (c *Client) GetConversation(ctx context.Context, convID string) (ConversationBrief, error) {
@@ -133,16 +126,6 @@ func (c *Client) Recall(ctx context.Context, convID string, seq int64) error {
 	req := protocol.RecallRequest{ConvID: convID, Seq: &seq}
 	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages/recall", nil, req, nil)
 	return err
-}
-
-// Snapshot returns the state a new device starts from: conversations, the latest recent
-// messages of each (0 gives none, the cheap way to learn the current cursor) and the cursor
-// to sync from.
-func (c *Client) Snapshot(ctx context.Context, recent int) (SyncSnapshot, error) {
-	var out SyncSnapshot
-	query := url.Values{"recent": {strconv.Itoa(recent)}}
-	_, err := c.http.do(ctx, http.MethodGet, "/v1/sync/snapshot", query, nil, &out)
-	return out, err
 }
 
 // Sync returns up to limit events after cursor (0: the server's default of 100). With wait >

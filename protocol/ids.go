@@ -13,6 +13,10 @@ const (
 	DefaultRecent     = 20
 	MaxRecent         = 100
 	MaxLongPollSecond = 30
+	// Pages of lists that grow with one user's memberships (conversations, snapshot,
+	// members): limit= defaults to DefaultListLimit and is clamped to MaxListLimit.
+	DefaultListLimit = 100
+	MaxListLimit     = 500
 )
 
 // ValidUserID reports whether s is a well-formed user_id (also used for device_id):

@@ -119,12 +119,16 @@ type ConvDeletedData struct {
 	ClearedSeq int64 `json:"cleared_seq"`
 }
 
-// SyncSnapshot is what a new device starts from.
+// SyncSnapshot is what a new device starts from, one page at a time: while HasMore is true,
+// Next is the after= of the following page. Every page carries the same Cursor, the one to
+// sync from once all pages are assembled (section 8.2).
 type SyncSnapshot struct {
 	Cursor        int64                       `json:"cursor"`
 	Conversations []ConversationBrief         `json:"conversations"`
 	Messages      map[string][]Message        `json:"messages"`
 	ReadPositions map[string]map[string]int64 `json:"read_positions"`
+	HasMore       bool                        `json:"has_more"`
+	Next          string                      `json:"next"`
 }
 
 // SyncResponse answers a cursor sync.
@@ -150,9 +154,41 @@ type MessagesPage struct {
 	HasMore  bool      `json:"has_more"`
 }
 
-// ConversationList answers GET /v1/conversations.
+// ConversationList answers GET /v1/conversations: one page, most recently active first.
+// While HasMore is true, Next is the after= of the following page; it is "" otherwise.
 type ConversationList struct {
 	Conversations []ConversationBrief `json:"conversations"`
+	HasMore       bool                `json:"has_more"`
+	Next          string              `json:"next"`
+}
+
+// Member roles in a MembersPage.
+const (
+	RoleOwner  = "owner"
+	RoleMember = "member"
+)
+
+// Member is one member of a conversation, as GET /v1/conversations/{id}/members lists it.
+type Member struct {
+	UserID   string `json:"user_id"`
+	Name     string `json:"name"`
+	JoinedAt int64  `json:"joined_at"`
+	Role     string `json:"role"`
+}
+
+// MembersPage answers GET /v1/conversations/{id}/members: members in order of standing
+// (longest-standing first). While HasMore is true, Next is the after= of the following page.
+type MembersPage struct {
+	Members []Member `json:"members"`
+	HasMore bool     `json:"has_more"`
+	Next    string   `json:"next"`
+}
+
+// Me answers GET /v1/me: who the caller's token speaks for.
+type Me struct {
+	UserID   string `json:"user_id"`
+	DeviceID string `json:"device_id"`
+	Name     string `json:"name"`
 }
 
 // User is an operator-created account.

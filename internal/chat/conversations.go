@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,14 +141,20 @@ func (s *Service) memberList(creator string, members []string) ([]string, error)
 // requireUsers returns ErrNotFound naming the first of ids that is not a user.
 func requireUsers(ctx context.Context, tx store.ReadTx, ids []string) error {
 	for _, u := range ids {
-		_, err := tx.User(ctx, u)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%w: user %s", ErrNotFound, u)
-		} else if err != nil {
+		if _, err := loadUser(ctx, tx, u); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// loadUser returns the user, or ErrNotFound naming it.
+func loadUser(ctx context.Context, tx store.ReadTx, id string) (store.User, error) {
+	u, err := tx.User(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return u, fmt.Errorf("%w: user %s", ErrNotFound, id)
+	}
+	return u, err
 }
 
 // announce writes members (all of them, new or changed) and emits conv_updated to every
@@ -299,49 +304,57 @@ func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) 
 	return out, err
 }
 
-// ListConversations returns the caller's visible conversations, most recently active first.
-func (s *Service) ListConversations(ctx context.Context, me Identity) ([]protocol.ConversationBrief, error) {
-	var out []protocol.ConversationBrief
-	err := s.view(ctx, "list conversations", func(tx store.ReadTx) error {
-		var err error
-		out, err = visibleBriefs(ctx, tx, me.UserID)
+// ListConversations returns one page of the caller's visible conversations, most recently
+// active first. It reads all of the caller's memberships, which are small fixed-size rows,
+// because the order follows each conversation's updated_at, which moves with every message
+// and which no store index keeps per member; the briefs, with their last messages (the large
+// part), are built only for the page, which also ends once it holds about pageBytes.
+func (s *Service) ListConversations(ctx context.Context, me Identity, q PageQuery) (protocol.ConversationList, error) {
+	out := protocol.ConversationList{Conversations: []protocol.ConversationBrief{}}
+	k, limit, err := parsePage(q, tokenConversations)
+	if err != nil {
+		return out, err
+	}
+	err = s.view(ctx, "list conversations", func(tx store.ReadTx) error {
+		rest, err := visibleMemberships(ctx, tx, me.UserID, k)
+		if err != nil {
+			return err
+		}
+		out.Next, err = fillPage(rest, k, limit, func(m store.Membership) (int, error) {
+			b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+			if err != nil {
+				return 0, err
+			}
+			out.Conversations = append(out.Conversations, b)
+			return briefOverhead + messageBytes(b.LastMessage), nil
+		})
+		out.HasMore = out.Next != ""
 		return err
 	})
 	return out, err
 }
 
-// visibleBriefs returns the user's conversations that are not hidden, most recent first.
-func visibleBriefs(ctx context.Context, tx store.ReadTx, userID string) ([]protocol.ConversationBrief, error) {
-	ms, err := visibleMemberships(ctx, tx, userID)
-	if err != nil {
-		return nil, err
+// parsePage returns the key a page starts after (the zero key of kind for the first page)
+// and its size.
+func parsePage(q PageQuery, kind string) (pageKey, int, error) {
+	limit, err := pageLimit(q.Limit)
+	if err != nil || q.After == "" {
+		return pageKey{kind: kind}, limit, err
 	}
-	out := make([]protocol.ConversationBrief, 0, len(ms))
-	for _, m := range ms {
-		b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
+	k, err := decodePageKey(q.After, kind)
+	return k, limit, err
 }
 
-// visibleMemberships returns the user's memberships that are not hidden, most recently
-// active conversation first.
-func visibleMemberships(ctx context.Context, tx store.ReadTx, userID string) ([]store.Membership, error) {
+// visibleMemberships returns the user's memberships that are not hidden and come after k,
+// in list order (byActivity).
+func visibleMemberships(ctx context.Context, tx store.ReadTx, userID string, k pageKey) ([]store.Membership, error) {
 	ms, err := tx.Memberships(ctx, userID)
 	if err != nil {
 		return nil, err
 	}
 	ms = slices.DeleteFunc(ms, func(m store.Membership) bool { return m.Hidden })
-	slices.SortFunc(ms, func(a, b store.Membership) int {
-		if c := cmp.Compare(b.Conversation.UpdatedAt, a.Conversation.UpdatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ConvID, b.ConvID)
-	})
-	return ms, nil
+	slices.SortFunc(ms, byActivity)
+	return afterKey(ms, k), nil
 }
 
 // GetConversation returns one conversation as the caller sees it (also when deleted).

@@ -319,8 +319,8 @@ func TestDeleteConversationClearsAndReappears(t *testing.T) {
 	if err := e.svc.DeleteConversation(ctx, me("bob"), conv); err != nil {
 		t.Fatal(err)
 	}
-	list, _ := e.svc.ListConversations(ctx, me("bob"))
-	if len(list) != 0 {
+	list, _ := e.svc.ListConversations(ctx, me("bob"), chat.PageQuery{})
+	if len(list.Conversations) != 0 {
 		t.Fatalf("deleted conversation still listed: %+v", list)
 	}
 	b, err := e.svc.GetConversation(ctx, me("bob"), conv)
@@ -332,8 +332,8 @@ func TestDeleteConversationClearsAndReappears(t *testing.T) {
 		t.Fatalf("cleared history returned %d", len(page.Messages))
 	}
 	e.send(t, "alice", conv)
-	list, _ = e.svc.ListConversations(ctx, me("bob"))
-	if len(list) != 1 || list[0].Unread != 1 || list[0].LastMessage.Seq != 3 {
+	list, _ = e.svc.ListConversations(ctx, me("bob"), chat.PageQuery{})
+	if l := list.Conversations; len(l) != 1 || l[0].Unread != 1 || l[0].LastMessage.Seq != 3 {
 		t.Fatalf("after new message %+v", list)
 	}
 	page, _ = e.svc.History(ctx, me("bob"), conv, chat.HistoryQuery{})
@@ -548,7 +548,7 @@ func TestSyncPagingAndRetention(t *testing.T) {
 	}
 	_, err = e.svc.Sync(ctx, me("bob"), 2, 10, 0)
 	wantErr(t, err, chat.ErrGone)
-	snap, err := e.svc.Snapshot(ctx, me("bob"), 0)
+	snap, err := e.svc.Snapshot(ctx, me("bob"), 0, chat.PageQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +566,7 @@ func TestSnapshot(t *testing.T) {
 		e.send(t, "alice", conv)
 	}
 	e.svc.MarkRead(ctx, me("bob"), conv, 3)
-	snap, err := e.svc.Snapshot(ctx, me("bob"), 2)
+	snap, err := e.svc.Snapshot(ctx, me("bob"), 2, chat.PageQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}

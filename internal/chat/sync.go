@@ -13,45 +13,57 @@ import (
 // readPositionsLimit is the largest group whose members' read positions a snapshot lists.
 const readPositionsLimit = 100
 
-// Snapshot returns the state a new device starts from, all read in one consistent snapshot:
-// the cursor is the user's latest committed cursor at that cut, so syncing from it misses
-// nothing. recent < 0 means the default number of messages per conversation.
-func (s *Service) Snapshot(ctx context.Context, me Identity, recent int) (protocol.SyncSnapshot, error) {
+// Snapshot returns one page of the state a new device starts from, read in one consistent
+// snapshot. The first page (q.After == "") reads the user's latest committed cursor at that
+// cut; every later page carries the same cursor (it travels in the token), so that syncing
+// from it after assembling the pages replays everything that changed meanwhile (section 8.2).
+// recent < 0 means the default number of messages per conversation.
+func (s *Service) Snapshot(ctx context.Context, me Identity, recent int, q PageQuery) (protocol.SyncSnapshot, error) {
 	if recent < 0 {
 		recent = protocol.DefaultRecent
 	}
 	recent = min(recent, protocol.MaxRecent)
-	snap := protocol.SyncSnapshot{Messages: map[string][]protocol.Message{}, ReadPositions: map[string]map[string]int64{}}
-	err := s.view(ctx, "snapshot", func(tx store.ReadTx) error {
-		b, err := tx.Cursors(ctx, me.UserID)
-		if err != nil {
-			return err
-		}
-		snap.Cursor = b.Last
-		ms, err := visibleMemberships(ctx, tx, me.UserID)
-		if err != nil {
-			return err
-		}
-		snap.Conversations = make([]protocol.ConversationBrief, 0, len(ms))
-		for _, m := range ms {
-			if err := snapshotConversation(ctx, tx, &snap, m, recent); err != nil {
+	snap := protocol.SyncSnapshot{
+		Conversations: []protocol.ConversationBrief{},
+		Messages:      map[string][]protocol.Message{},
+		ReadPositions: map[string]map[string]int64{},
+	}
+	k, limit, err := parsePage(q, tokenSnapshot)
+	if err != nil {
+		return snap, err
+	}
+	err = s.view(ctx, "snapshot", func(tx store.ReadTx) error {
+		if q.After == "" {
+			b, err := tx.Cursors(ctx, me.UserID)
+			if err != nil {
 				return err
 			}
+			k.cursor = b.Last
 		}
-		return nil
+		snap.Cursor = k.cursor
+		rest, err := visibleMemberships(ctx, tx, me.UserID, k)
+		if err != nil {
+			return err
+		}
+		snap.Next, err = fillPage(rest, k, limit, func(m store.Membership) (int, error) {
+			return snapshotConversation(ctx, tx, &snap, m, recent)
+		})
+		snap.HasMore = snap.Next != ""
+		return err
 	})
 	return snap, err
 }
 
 // snapshotConversation adds one conversation, its recent messages and, where the
-// conversation shows readers and is small enough, its members' read positions to snap.
-func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.SyncSnapshot, m store.Membership, recent int) error {
+// conversation shows readers and is small enough, its members' read positions to snap, and
+// returns about how many bytes it added.
+func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.SyncSnapshot, m store.Membership, recent int) (int, error) {
 	c := m.Conversation
 	var members []store.Member
 	if showsReaders(c) && c.MembersCount <= readPositionsLimit {
 		var err error
 		if members, err = tx.Members(ctx, c.ID); err != nil {
-			return err
+			return 0, err
 		}
 		pos := make(map[string]int64, len(members))
 		for _, mem := range members {
@@ -61,20 +73,24 @@ func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.S
 	}
 	b, err := brief(ctx, tx, c, m.Member, members)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	snap.Conversations = append(snap.Conversations, b)
+	size := briefOverhead + messageBytes(b.LastMessage) + len(members)*protocol.MaxIDLen
 	msgs := []protocol.Message{}
 	if recent > 0 && c.MaxSeq > visibleFrom(m.Member) {
 		r := store.MessageRange{Floor: visibleFrom(m.Member), BeforeSeq: c.MaxSeq + 1, Limit: recent}
 		ms, err := tx.Messages(ctx, c.ID, r)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		msgs = wireMessages(ms)
 	}
+	for i := range msgs {
+		size += messageBytes(&msgs[i])
+	}
 	snap.Messages[c.ID] = msgs
-	return nil
+	return size, nil
 }
 
 // Sync returns up to limit events after cursor (0 means the default). When there are none

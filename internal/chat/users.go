@@ -63,10 +63,7 @@ func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
 	}
 	var gen int64
 	err := s.view(ctx, "token generation", func(tx store.ReadTx) error {
-		u, err := tx.User(ctx, userID)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%w: user %s", ErrNotFound, userID)
-		}
+		u, err := loadUser(ctx, tx, userID)
 		gen = u.TokenGen
 		return err
 	})
@@ -108,10 +105,8 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 	}
 	var gen int64
 	err := s.update(ctx, "revoke tokens", func(tx store.Tx, _ *outbox) error {
-		u, err := tx.User(ctx, userID)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%w: user %s", ErrNotFound, userID)
-		} else if err != nil {
+		u, err := loadUser(ctx, tx, userID)
+		if err != nil {
 			return err
 		}
 		gen = u.TokenGen + 1
@@ -123,4 +118,27 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 	s.gens.Store(userID, gen)
 	s.hub.Kick(userID)
 	return nil
+}
+
+// Me returns who the caller's token speaks for, with the user's name: a client that was
+// handed only a token learns its own identity from it.
+func (s *Service) Me(ctx context.Context, me Identity) (protocol.Me, error) {
+	u, err := s.User(ctx, me.UserID)
+	return protocol.Me{UserID: u.UserID, DeviceID: me.DeviceID, Name: u.Name}, err
+}
+
+// User returns any user's public profile (id and name): ErrNotFound for an unknown user.
+// Any authenticated caller may look any user up, as they may already name any user as a
+// peer or a member.
+func (s *Service) User(ctx context.Context, userID string) (protocol.User, error) {
+	if !protocol.ValidUserID(userID) {
+		return protocol.User{}, invalid("user_id is malformed")
+	}
+	var out protocol.User
+	err := s.view(ctx, "get user", func(tx store.ReadTx) error {
+		u, err := loadUser(ctx, tx, userID)
+		out = protocol.User{UserID: u.ID, Name: u.Name}
+		return err
+	})
+	return out, err
 }

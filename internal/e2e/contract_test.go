@@ -130,7 +130,7 @@ func TestContractShapes(t *testing.T) {
 	})
 	t.Run("list most recent first", func(t *testing.T) {
 		list := n.ok(t, "GET", "/v1/conversations", alice, nil)
-		wantKeys(t, "conversation list", list, "conversations")
+		wantKeys(t, "conversation list", list, "conversations", "has_more", "next")
 		convs := arr(t, list["conversations"])
 		if len(convs) != 3 || convs[0]["conv_id"] != dID {
 			t.Fatalf("list %s, want 3 conversations with %s (the latest message) first", show(convs), dID)
@@ -249,7 +249,7 @@ func TestContractShapes(t *testing.T) {
 	})
 	t.Run("SyncSnapshot", func(t *testing.T) {
 		snap := n.ok(t, "GET", "/v1/sync/snapshot", bob, nil)
-		wantKeys(t, "SyncSnapshot", snap, "cursor", "conversations", "messages", "read_positions")
+		wantKeys(t, "SyncSnapshot", snap, "cursor", "conversations", "messages", "read_positions", "has_more", "next")
 		if got, want := num(snap["cursor"]), n.latest(t, bob); got != want {
 			t.Fatalf("snapshot cursor %d, latest %d", got, want)
 		}

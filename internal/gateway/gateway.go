@@ -105,12 +105,16 @@ func (g *Gateway) routes() {
 	m.Handle("POST /v1/admin/tokens", g.admin(g.issueToken))
 	m.Handle("POST /v1/admin/users/{user_id}/revoke", g.admin(g.revokeTokens))
 
+	m.Handle("GET /v1/me", g.client(g.me))
+	m.Handle("GET /v1/users/{user_id}", g.client(g.user))
+
 	m.Handle("POST /v1/conversations", g.client(g.createConversation))
 	m.Handle("GET /v1/conversations", g.client(g.listConversations))
 	m.Handle("GET /v1/conversations/{conv_id}", g.client(g.getConversation))
 	m.Handle("PATCH /v1/conversations/{conv_id}", g.client(g.renameConversation))
 	m.Handle("DELETE /v1/conversations/{conv_id}", g.client(g.deleteConversation))
 	m.Handle("POST /v1/conversations/{conv_id}/members", g.client(g.updateMembers))
+	m.Handle("GET /v1/conversations/{conv_id}/members", g.client(g.listMembers))
 	m.Handle("GET /v1/conversations/{conv_id}/messages", g.client(g.history))
 	m.Handle("POST /v1/conversations/{conv_id}/read", g.client(g.markRead))
 	m.Handle("POST /v1/conversations/{conv_id}/delivered", g.client(g.markDelivered))

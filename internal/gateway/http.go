@@ -215,11 +215,23 @@ func (g *Gateway) createConversation(r *http.Request, body []byte, me chat.Ident
 }
 
 func (g *Gateway) listConversations(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
-	list, err := g.svc.ListConversations(r.Context(), me)
-	if list == nil {
-		list = []protocol.ConversationBrief{}
+	q, err := pageQuery(r)
+	if err != nil {
+		return 0, nil, err
 	}
-	return http.StatusOK, protocol.ConversationList{Conversations: list}, err
+	list, err := g.svc.ListConversations(r.Context(), me, q)
+	return http.StatusOK, list, err
+}
+
+// pageQuery reads the paging parameters of the list calls: limit (0 or absent: the
+// default) and after, the opaque "next" of the previous page.
+func pageQuery(r *http.Request) (chat.PageQuery, error) {
+	q := r.URL.Query()
+	limit, err := queryInt(q, "limit", 0, 0)
+	if err != nil {
+		return chat.PageQuery{}, err
+	}
+	return chat.PageQuery{After: q.Get("after"), Limit: int(min(limit, protocol.MaxListLimit))}, nil
 }
 
 func (g *Gateway) getConversation(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
@@ -263,6 +275,31 @@ func (g *Gateway) updateMembers(r *http.Request, body []byte, me chat.Identity) 
 	}
 	c, err := g.svc.UpdateMembers(r.Context(), me, convID, req)
 	return http.StatusOK, c, err
+}
+
+func (g *Gateway) listMembers(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	convID, err := pathConvID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := pageQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	page, err := g.svc.ListMembers(r.Context(), me, convID, q)
+	return http.StatusOK, page, err
+}
+
+// ---- who is who (section 3.3) ----
+
+func (g *Gateway) me(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	out, err := g.svc.Me(r.Context(), me)
+	return http.StatusOK, out, err
+}
+
+func (g *Gateway) user(r *http.Request, _ []byte, _ chat.Identity) (int, any, error) {
+	out, err := g.svc.User(r.Context(), r.PathValue("user_id"))
+	return http.StatusOK, out, err
 }
 
 // ---- messages (section 6) ----
@@ -379,16 +416,11 @@ func (g *Gateway) snapshot(r *http.Request, _ []byte, me chat.Identity) (int, an
 	if err != nil {
 		return 0, nil, err
 	}
-	snap, err := g.svc.Snapshot(r.Context(), me, int(min(recent, protocol.MaxRecent)))
-	if snap.Conversations == nil {
-		snap.Conversations = []protocol.ConversationBrief{}
+	q, err := pageQuery(r)
+	if err != nil {
+		return 0, nil, err
 	}
-	if snap.Messages == nil {
-		snap.Messages = map[string][]protocol.Message{}
-	}
-	if snap.ReadPositions == nil {
-		snap.ReadPositions = map[string]map[string]int64{}
-	}
+	snap, err := g.svc.Snapshot(r.Context(), me, int(min(recent, protocol.MaxRecent)), q)
 	return http.StatusOK, snap, err
 }
 

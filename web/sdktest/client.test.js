@@ -219,3 +219,25 @@ test('a refused token stops the client with an autherror event', async () => {
   assert.equal(ev.detail.error.code, 401);
   await until('stopped', () => c.status === 'offline');
 });
+
+test('a snapshot in pages is assembled before the client syncs from its cursor', async (t) => {
+  const server = new FakeServer();
+  server.bobSays('one');
+  const c = newClient(server);
+  t.after(() => c.stop());
+  await c.start();
+  await until('online', () => c.status === 'online');
+  assert.deepEqual(texts(c), ['one']);
+  assert.equal(c.state.cursor, server.cursor);
+  assert.ok(server.requests.filter((r) => r === 'GET /v1/sync/snapshot').length >= 2, 'second page fetched');
+});
+
+test('members come from the members call, every page, with names', async () => {
+  const server = new FakeServer();
+  const c = newClient(server);
+  const list = await c.loadMembers(CONV);
+  assert.deepEqual(list.map((m) => m.name), ['Alice', 'Bob']);
+  assert.deepEqual(c.members(CONV), ['alice', 'bob']);
+  assert.deepEqual(c.memberList(CONV).map((m) => m.user_id), ['alice', 'bob']);
+  assert.deepEqual(await c.me(), { user_id: 'alice', device_id: 'web', name: 'Alice' });
+});

@@ -110,12 +110,27 @@ export class FakeServer {
     const ok = (v) => json(200, v);
     switch (`${method} ${u.pathname}`) {
       case 'GET /v1/sync/snapshot':
-        this.snapshots++;
+        // Two pages: the cursor alone, then the conversation (as a server with many would).
+        if (!u.searchParams.get('after')) {
+          this.snapshots++;
+          return ok({ cursor: this.cursor, conversations: [], messages: {}, read_positions: {}, has_more: true, next: 'p2' });
+        }
         return ok({
           cursor: this.cursor, conversations: [this.brief()],
           messages: { [CONV]: q('recent') ? this.msgs.slice(-q('recent')) : [] },
           read_positions: { [CONV]: { alice: this.positions.alice.read, bob: this.positions.bob.read } },
+          has_more: false, next: '',
         });
+      case `GET /v1/conversations/${CONV}/members`: {
+        const all = [
+          { user_id: 'alice', name: 'Alice', joined_at: 1, role: 'member' },
+          { user_id: 'bob', name: 'Bob', joined_at: 1, role: 'member' },
+        ];
+        const first = !u.searchParams.get('after');
+        return ok({ members: first ? all.slice(0, 1) : all.slice(1), has_more: first, next: first ? 'm2' : '' });
+      }
+      case 'GET /v1/me':
+        return ok({ user_id: 'alice', device_id: 'web', name: 'Alice' });
       case 'GET /v1/sync': {
         let r = this.syncFrom(q('cursor'), q('limit') || 100);
         if (r.error) return json(r.error, { code: r.error, error: `sync error ${r.error}` });

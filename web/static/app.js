@@ -384,6 +384,9 @@ async function recall(convId, seq) {
 
 async function onOpen(convId) {
   lastReceiptFetch = 0;
+  // The member list from read positions is incomplete on a device that saw the group
+  // created: ask the server.
+  if (client.conversation(convId)?.type === 'group') client.loadMembers(convId).catch(() => { /* cosmetic */ });
   try {
     await client.fillGaps(convId);
     if (client.messages(convId).length < 20 && client.hasOlder(convId)) await client.loadOlder(convId);

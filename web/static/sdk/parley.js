@@ -21,6 +21,9 @@ import { ChatState, ContentType, backoffDelay, sendOutcome } from './state.js';
 
 export * from './state.js';
 
+/** The page size the SDK asks of paged calls: the largest the server gives (protocol 5.4). */
+const MAX_LIST_LIMIT = 500;
+
 /** An error from the server ({code, error}) or from the network (code 0). */
 export class ParleyError extends Error {
   constructor(code, message, retryAfter = 0) {
@@ -131,6 +134,7 @@ export class ParleyClient extends EventTarget {
     this._wake = null;
     this._saveTimer = null;
     this._membersTimer = null;
+    this._membersWanted = new Set(); // conv_ids whose members to fetch when the timer fires
     this._retryTimer = null;
     this._emitScheduled = false;
     this._pendingChanged = new Set();
@@ -180,6 +184,7 @@ export class ParleyClient extends EventTarget {
   unread(convId) { return this.state.unread(convId); }
   peerOf(convId) { return this.state.peerOf(convId); }
   members(convId) { return this.state.members(convId); }
+  memberList(convId) { return this.state.memberList(convId); }
   msgState(msg) { return this.state.msgState(msg); }
   hasOlder(convId) { return this.state.hasOlder(convId); }
   /** Cached receipts of (convId, seq), or null: see refreshReceipts. */
@@ -356,7 +361,7 @@ export class ParleyClient extends EventTarget {
   }
 
   async _snapshot() {
-    const snap = await this._http('GET', `/v1/sync/snapshot?recent=${this.recent}`);
+    const snap = await this._fetchSnapshot(this.recent);
     this.stats.snapshots++;
     this.state.applySnapshot(snap, this.recent);
     this._afterChange();
@@ -496,6 +501,7 @@ export class ParleyClient extends EventTarget {
         this._fetchConv(e.conv_id);
         break;
       case 'members':
+        this._membersWanted.add(e.conv_id);
         if (!this._membersTimer) this._membersTimer = setTimeout(() => this._fetchMembers(), 50);
         break;
       default:
@@ -511,16 +517,68 @@ export class ParleyClient extends EventTarget {
     } catch { /* next message tries again */ }
   }
 
-  /** Learns who is in which conversation (the brief does not say) from read_positions. */
+  /** Learns who is in the conversations that asked (the brief does not say). */
   async _fetchMembers() {
-    try {
-      const snap = await this._http('GET', '/v1/sync/snapshot?recent=0');
-      this.state.applyReadPositions(snap.read_positions);
-      this._afterChange();
-    } catch { /* cosmetic */ } finally {
-      this._membersTimer = null;
+    const ids = [...this._membersWanted];
+    this._membersWanted.clear();
+    this._membersTimer = null;
+    await Promise.all(ids.map((id) => this.loadMembers(id).catch(() => { /* cosmetic */ })));
+  }
+
+  /**
+   * GETs a paged call (sections 5.4, 5.5, 8.2) from its first page to its last, handing each
+   * page to `visit`. `path` may already have a query.
+   */
+  async _eachPage(path, visit) {
+    const base = `${path}${path.includes('?') ? '&' : '?'}limit=${MAX_LIST_LIMIT}`;
+    let after = '';
+    for (;;) {
+      const page = await this._http('GET', after ? `${base}&after=${encodeURIComponent(after)}` : base);
+      visit(page);
+      if (!page.has_more) return;
+      if (!page.next || page.next === after) throw new ParleyError(0, `GET ${path}: has_more without a new next token`);
+      after = page.next;
     }
   }
+
+  /**
+   * Fetches every page of a snapshot and assembles them into one (section 8.2): the first
+   * page's cursor, every page's conversations, messages and read positions. What changed
+   * while the pages were fetched comes with the events after that cursor.
+   */
+  async _fetchSnapshot(recent) {
+    let snap = null;
+    await this._eachPage(`/v1/sync/snapshot?recent=${recent}`, (p) => {
+      if (!snap) {
+        snap = p;
+        return;
+      }
+      snap.conversations.push(...p.conversations);
+      Object.assign(snap.messages, p.messages);
+      Object.assign(snap.read_positions, p.read_positions);
+    });
+    return snap;
+  }
+
+  // ---- who is who ----
+
+  /**
+   * Lists a conversation's members, in order of standing, as [{user_id, name, joined_at,
+   * role}] (every page), and keeps them for members() and memberList().
+   */
+  async loadMembers(convId) {
+    const list = [];
+    await this._eachPage(`/v1/conversations/${encodeURIComponent(convId)}/members`, (p) => list.push(...p.members));
+    this.state.applyMembers(convId, list);
+    this._afterChange();
+    return list;
+  }
+
+  /** Who this client's token speaks for: {user_id, device_id, name}. */
+  me() { return this._http('GET', '/v1/me'); }
+
+  /** A user's {user_id, name}; rejects with code 404 for an unknown user. */
+  user(userId) { return this._http('GET', `/v1/users/${encodeURIComponent(userId)}`); }
 
   // ---- sending ----
 

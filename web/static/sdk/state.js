@@ -135,7 +135,7 @@ const max = (a, b) => Math.max(a ?? 0, b ?? 0);
  * (conv_id, seq), positions only move forward, and events at or below the cursor are ignored.
  * Methods that need I/O to finish their job push an effect onto `effects` (for ParleyClient
  * to carry out): {type: "delivered", conv_id, seq}, {type: "fetchConv", conv_id} or
- * {type: "members"}.
+ * {type: "members", conv_id}.
  */
 export class ChatState {
   constructor(me = '') {
@@ -145,6 +145,7 @@ export class ChatState {
     this.convs = new Map(); // conv_id -> conversation (a brief plus client fields)
     this.msgs = new Map(); // conv_id -> [Message] ascending by seq
     this.readers = new Map(); // conv_id -> Map(user_id -> read_seq)
+    this.memberLists = new Map(); // conv_id -> [{user_id, name, joined_at, role}] as last listed
     this.outbox = []; // pending sends, oldest first
     this.older = new Map(); // conv_id -> false when no older messages exist on the server
     this.effects = [];
@@ -181,9 +182,14 @@ export class ChatState {
     return '';
   }
 
-  /** Known members of a conversation (from read positions), sorted. */
+  /** Known members of a conversation (from read positions and member lists), sorted. */
   members(convId) {
     return [...(this.readers.get(convId)?.keys() ?? [])].sort();
+  }
+
+  /** The members as the server last listed them (with names and roles), or null. */
+  memberList(convId) {
+    return this.memberLists.get(convId) ?? null;
   }
 
   /** Confirmed messages (ascending seq) followed by this conversation's pending sends. */
@@ -256,6 +262,7 @@ export class ChatState {
     this.convs = new Map();
     this.msgs = new Map();
     this.readers = new Map();
+    this.memberLists = new Map();
     this.older = new Map();
     for (const [convId, positions] of Object.entries(snap.read_positions ?? {})) {
       this.readers.set(convId, new Map(Object.entries(positions)));
@@ -318,7 +325,9 @@ export class ChatState {
     c.hidden = old?.hidden && fromEvent && brief.type !== 'direct' ? true : false;
     this.convs.set(c.conv_id, c);
     this.changed.add(c.conv_id);
-    if (c.type === 'direct' && !this.peerOf(c.conv_id)) this.effects.push({ type: 'members' });
+    // A listed membership may be stale after a change: list it again.
+    const stale = fromEvent && this.memberLists.has(c.conv_id);
+    if (stale || (c.type === 'direct' && !this.peerOf(c.conv_id))) this.effects.push({ type: 'members', conv_id: c.conv_id });
     return c;
   }
 
@@ -339,6 +348,19 @@ export class ChatState {
       this._learnFromReaders(convId);
       this.changed.add(convId);
     }
+  }
+
+  /**
+   * The members of a conversation from GET /v1/conversations/{id}/members (section 5.5): who
+   * is a member replaces what read positions suggested (a device that was online when the
+   * group was created never saw them), and positions already known are kept.
+   */
+  applyMembers(convId, members) {
+    const old = this.readers.get(convId) ?? new Map();
+    this.readers.set(convId, new Map(members.map((m) => [m.user_id, old.get(m.user_id) ?? 0])));
+    this.memberLists.set(convId, members);
+    this._learnFromReaders(convId);
+    this.changed.add(convId);
   }
 
   // ---- local changes ----
