@@ -43,6 +43,12 @@ func (c *Client) Send(ctx context.Context, convID string, contentType int, conte
 	return c.SendWithID(ctx, NewClientMsgID(), convID, contentType, content, extra)
 }
 
+// SendText sends a text message: content_type ContentText with content {"text": text}, the
+// shape every Parley client reads (Message.Text decodes it). It retries as Send does.
+func (c *Client) SendText(ctx context.Context, convID, text string) (MessageAck, error) {
+	return c.Send(ctx, convID, ContentText, TextContent{Text: text}, nil)
+}
+
 // SendWithID is Send with a caller-chosen client_msg_id, for callers that must be able to
 // resend the same message after their own restart (persist the id first, then send).
 //

@@ -100,7 +100,7 @@ func (c *coord) runReconnect(ctx context.Context) (*Report, error) {
 			for n := share(cfg.Messages, cfg.Convs, i); n > 0; n-- {
 				s0 := time.Now()
 				octx, cancel := opContext(ctx)
-				ack, err := peer.Send(octx, convs[i].ConvID, client.ContentText, fmt.Sprintf("m%d", n), nil)
+				ack, err := peer.SendText(octx, convs[i].ConvID, fmt.Sprintf("m%d", n))
 				cancel()
 				now := time.Now()
 				if err != nil {
