@@ -133,6 +133,13 @@ type Options struct {
 	// coalesced to one report per conversation carrying the highest seq. Best effort.
 	AutoDelivered bool
 
+	// OnRetry, if set, is called each time a send attempt failed and the SDK is about to
+	// send it again after wait: err is that attempt's error (an *Error with Code 429 when
+	// the server limited the rate; see ErrorCode). Retries are otherwise silent, so a load
+	// tool or a dashboard counts them here. It runs on the sending goroutine and must be
+	// quick.
+	OnRetry func(err error, wait time.Duration)
+
 	// Backoff spaces out reconnects and send retries.
 	Backoff Backoff
 	// RequestTimeout bounds one attempt of an internal request (a send attempt, a gap fill,

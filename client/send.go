@@ -91,6 +91,9 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 			return MessageAck{}, err
 		}
 		c.log.Debug("parley: send retry", "client_msg_id", clientMsgID, "attempt", attempt, "wait", wait, "err", err)
+		if c.opts.OnRetry != nil {
+			c.opts.OnRetry(err, wait)
+		}
 		if !sleepCtx(ctx, wait) {
 			return MessageAck{}, fmt.Errorf("parley: send %s: %w (last attempt: %v)", clientMsgID, ctx.Err(), err)
 		}

@@ -81,6 +81,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.Node.Gateway.DevLogin && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
 		return fmt.Errorf("--dev-login: %s resolved to %s, which is not a loopback address", cfg.Addr, ln.Addr())
 	}
+	cfg.Node.Version = version
 	srv, err := server.New(ctx, cfg.Node)
 	if err != nil {
 		return err

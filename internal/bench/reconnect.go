@@ -96,7 +96,7 @@ func (c *coord) runReconnect(ctx context.Context) (*Report, error) {
 		c.note("round %d: %d messages arrive while %d devices are offline", round+1, cfg.Messages, cfg.Devices)
 		t0 := time.Now()
 		err := parallel(ctx, cfg.Convs, cfg.Convs, func(i int) error {
-			peer := c.as(peerAccts[i])
+			peer := c.recordedAs(peerAccts[i], rec)
 			for n := share(cfg.Messages, cfg.Convs, i); n > 0; n-- {
 				s0 := time.Now()
 				octx, cancel := opContext(ctx)

@@ -334,7 +334,7 @@ func (d *device) newClient(cursor int64) *client.Client {
 	return client.New(client.Options{
 		BaseURL: d.w.job.Server, Token: d.spec.Token, UserID: d.spec.User,
 		HTTPClient: d.w.hc, OnEvent: d.onEvent, OnReset: d.onReset, Cursor: cursor,
-		AutoDelivered: d.w.job.Scenario == "mixed",
+		AutoDelivered: d.w.job.Scenario == "mixed", OnRetry: d.w.rec.retry,
 	})
 }
 
