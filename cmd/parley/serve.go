@@ -25,7 +25,8 @@ type serveConfig struct {
 	Node      server.Config
 }
 
-// shutdownBudget is how long a SIGTERM drain may take (PROTOCOL section 11 allows 10 s).
+// shutdownBudget is how long a SIGTERM drain may take: within the 10 s that supervisors such
+// as `docker stop` wait before killing (docs/protocol.md section 11.3).
 const shutdownBudget = 8 * time.Second
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {

@@ -13,7 +13,7 @@ import (
 )
 
 // This file is the load tool's correctness side. A load run checks, as it goes, what a chat
-// server owes its clients (PROTOCOL sections 2, 7, 8 and 9):
+// server owes its clients (docs/protocol.md sections 2, 7, 8 and 9):
 //
 //   - per device, the sync events handed over carry cursors 1 by 1 with no gap or repeat;
 //   - per device and conversation, messages arrive once each, in seq order, with no gap;
