@@ -68,8 +68,10 @@ func TestSendRetriesWithSameID(t *testing.T) {
 			}
 			retriedMu.Lock()
 			defer retriedMu.Unlock()
-			if len(retried) != tt.wantTries-1 {
-				t.Fatalf("OnRetry called %d times, want %d", len(retried), tt.wantTries-1)
+			// A retry may also fail before reaching the server (the dropped WebSocket not yet
+			// noticed), so OnRetry may be called more often than the server saw attempts.
+			if len(retried) < tt.wantTries-1 {
+				t.Fatalf("OnRetry called %d times, want at least %d", len(retried), tt.wantTries-1)
 			}
 			if want := tt.script(1).status; want != 0 && ErrorCode(retried[0]) != want {
 				t.Errorf("OnRetry got %v, want an *Error %d", retried[0], want)
