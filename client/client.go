@@ -31,6 +31,7 @@ type (
 	DeliveredData     = protocol.DeliveredData
 	RecallData        = protocol.RecallData
 	ConvDeletedData   = protocol.ConvDeletedData
+	TextContent       = protocol.TextContent
 )
 
 // Sync event types (SyncEvent.Type).
@@ -43,16 +44,20 @@ const (
 	EventConvUpdated = protocol.EventConvUpdated
 )
 
-// Content types of section 6. The wire package has no names for them, so they live here;
-// values from ContentCustom up are the application's to define.
+// Content types of section 6.1 (defined once, in package protocol); values from
+// ContentCustom up are the application's to define.
 const (
-	ContentText   = 1
-	ContentImage  = 2
-	ContentFile   = 3
-	ContentAudio  = 4
-	ContentVideo  = 5
-	ContentCustom = 100
+	ContentText   = protocol.ContentText
+	ContentImage  = protocol.ContentImage
+	ContentFile   = protocol.ContentFile
+	ContentAudio  = protocol.ContentAudio
+	ContentVideo  = protocol.ContentVideo
+	ContentCustom = protocol.ContentCustom
 )
+
+// ErrEventType is returned (wrapped) by SyncEvent's typed accessors (Message, Read, ...) for
+// an event of another type.
+var ErrEventType = protocol.ErrEventType
 
 // Backoff spaces out reconnects and send retries: attempt n waits a uniformly random time in
 // [0, min(Max, Base*2^n)] ("full jitter"), so that thousands of clients dropped by the same
@@ -127,6 +132,13 @@ type Options struct {
 	// AutoDelivered reports "delivered" for messages from other users as they arrive,
 	// coalesced to one report per conversation carrying the highest seq. Best effort.
 	AutoDelivered bool
+
+	// OnRetry, if set, is called each time a send attempt failed and the SDK is about to
+	// send it again after wait: err is that attempt's error (an *Error with Code 429 when
+	// the server limited the rate; see ErrorCode). Retries are otherwise silent, so a load
+	// tool or a dashboard counts them here. It runs on the sending goroutine and must be
+	// quick.
+	OnRetry func(err error, wait time.Duration)
 
 	// Backoff spaces out reconnects and send retries.
 	Backoff Backoff

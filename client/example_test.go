@@ -2,7 +2,9 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log"
 	"time"
 
@@ -32,6 +34,11 @@ func Example() {
 		AutoDelivered: true,
 		OnEvent: func(ev client.SyncEvent) {
 			log.Printf("event %d: %s in %s", ev.Cursor, ev.Type, ev.ConvID)
+			if m, err := ev.Message(); err == nil { // ErrEventType for other events
+				if text, ok := m.Text(); ok {
+					log.Printf("%s: %s", m.SenderID, text)
+				}
+			}
 		},
 	})
 	if err := c.Connect(ctx); err != nil {
@@ -43,7 +50,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ack, err := c.Send(ctx, conv.ConvID, client.ContentText, "hello, bob", nil)
+	ack, err := c.SendText(ctx, conv.ConvID, "hello, bob") // content {"text": "hello, bob"}
 	var perr *client.Error
 	switch {
 	case errors.As(err, &perr) && perr.Code == 404:
@@ -52,4 +59,33 @@ func Example() {
 		log.Fatal(err)
 	}
 	log.Printf("stored as seq %d (cursor now %d)", ack.Seq, c.Cursor())
+}
+
+// Reading the typed data of each event type; Text decodes a text message's content.
+func ExampleSyncEvent() {
+	events := []client.SyncEvent{
+		{Cursor: 1, Type: client.EventMessage, ConvID: "d_c", Data: json.RawMessage(
+			`{"seq":1,"sender_id":"alice","content_type":1,"content":{"text":"hi Bob"}}`)},
+		{Cursor: 2, Type: client.EventRead, ConvID: "d_c", Data: json.RawMessage(`{"user_id":"bob","read_seq":1}`)},
+		{Cursor: 3, Type: client.EventMessage, ConvID: "d_c", Data: json.RawMessage(
+			`{"seq":2,"sender_id":"alice","content_type":2,"content":{"url":"https://example.com/cat.jpg"}}`)},
+	}
+	for _, ev := range events {
+		switch ev.Type {
+		case client.EventMessage:
+			m, _ := ev.Message()
+			if text, ok := m.Text(); ok {
+				fmt.Printf("%s in %s: %s\n", m.SenderID, m.ConvID, text)
+			} else {
+				fmt.Printf("%s in %s: a message of content type %d\n", m.SenderID, m.ConvID, m.ContentType)
+			}
+		case client.EventRead:
+			r, _ := ev.Read()
+			fmt.Printf("%s read up to seq %d\n", r.UserID, r.ReadSeq)
+		}
+	}
+	// Output:
+	// alice in d_c: hi Bob
+	// bob read up to seq 1
+	// alice in d_c: a message of content type 2
 }

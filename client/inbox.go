@@ -1,7 +1,6 @@
 package client
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"sync"
@@ -49,11 +48,7 @@ func (in *Inbox) Apply(ev SyncEvent) {
 	defer in.mu.Unlock()
 	switch ev.Type {
 	case protocol.EventMessage:
-		var m Message
-		if json.Unmarshal(ev.Data, &m) == nil {
-			if m.ConvID == "" {
-				m.ConvID = ev.ConvID
-			}
+		if m, err := ev.Message(); err == nil {
 			in.mergeLocked(m)
 			// Sending advances the sender's read position; the protocol sends no read event
 			// for it, since this event implies it.
@@ -61,21 +56,15 @@ func (in *Inbox) Apply(ev SyncEvent) {
 			reads[m.SenderID] = max(reads[m.SenderID], m.Seq)
 		}
 	case protocol.EventRecall:
-		var d RecallData
-		if json.Unmarshal(ev.Data, &d) == nil {
+		if d, err := ev.Recall(); err == nil {
 			in.mergeLocked(Message{ConvID: ev.ConvID, Seq: d.Seq, MsgID: d.MsgID, SenderID: d.SenderID, Recalled: true})
 		}
 	case protocol.EventConvDeleted:
-		var d ConvDeletedData
-		if json.Unmarshal(ev.Data, &d) == nil {
+		if d, err := ev.ConvDeleted(); err == nil {
 			in.clearLocked(ev.ConvID, d.ClearedSeq)
 		}
 	case protocol.EventConvUpdated:
-		var b ConversationBrief
-		if json.Unmarshal(ev.Data, &b) == nil {
-			if b.ConvID == "" {
-				b.ConvID = ev.ConvID
-			}
+		if b, err := ev.ConvUpdated(); err == nil {
 			if b.Removed { // the user left or was removed: nothing of it is theirs any more
 				delete(in.convs, b.ConvID)
 				return
@@ -84,8 +73,7 @@ func (in *Inbox) Apply(ev SyncEvent) {
 			in.clearLocked(b.ConvID, b.ClearedSeq)
 		}
 	case protocol.EventRead:
-		var d ReadData
-		if json.Unmarshal(ev.Data, &d) == nil {
+		if d, err := ev.Read(); err == nil {
 			reads := in.conv(ev.ConvID).reads
 			reads[d.UserID] = max(reads[d.UserID], d.ReadSeq)
 		}

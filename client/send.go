@@ -43,6 +43,12 @@ func (c *Client) Send(ctx context.Context, convID string, contentType int, conte
 	return c.SendWithID(ctx, NewClientMsgID(), convID, contentType, content, extra)
 }
 
+// SendText sends a text message: content_type ContentText with content {"text": text}, the
+// shape every Parley client reads (Message.Text decodes it). It retries as Send does.
+func (c *Client) SendText(ctx context.Context, convID, text string) (MessageAck, error) {
+	return c.Send(ctx, convID, ContentText, TextContent{Text: text}, nil)
+}
+
 // SendWithID is Send with a caller-chosen client_msg_id, for callers that must be able to
 // resend the same message after their own restart (persist the id first, then send).
 //
@@ -85,6 +91,9 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 			return MessageAck{}, err
 		}
 		c.log.Debug("parley: send retry", "client_msg_id", clientMsgID, "attempt", attempt, "wait", wait, "err", err)
+		if c.opts.OnRetry != nil {
+			c.opts.OnRetry(err, wait)
+		}
 		if !sleepCtx(ctx, wait) {
 			return MessageAck{}, fmt.Errorf("parley: send %s: %w (last attempt: %v)", clientMsgID, ctx.Err(), err)
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestSendRetriesWithSameID(t *testing.T) {
@@ -28,7 +29,13 @@ func TestSendRetriesWithSameID(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t)
 			f.onSend = tt.script
-			c := f.client(t, Options{Cursor: 1})
+			var retriedMu sync.Mutex
+			var retried []error
+			c := f.client(t, Options{Cursor: 1, OnRetry: func(err error, _ time.Duration) {
+				retriedMu.Lock()
+				retried = append(retried, err)
+				retriedMu.Unlock()
+			}})
 			ctx := testCtx(t)
 			if tt.connect {
 				if err := c.Connect(ctx); err != nil {
@@ -58,6 +65,16 @@ func TestSendRetriesWithSameID(t *testing.T) {
 			}
 			if ack.ClientMsgID != id || ack.Seq != 1 {
 				t.Errorf("ack = %+v, want client_msg_id %s seq 1", ack, id)
+			}
+			retriedMu.Lock()
+			defer retriedMu.Unlock()
+			// A retry may also fail before reaching the server (the dropped WebSocket not yet
+			// noticed), so OnRetry may be called more often than the server saw attempts.
+			if len(retried) < tt.wantTries-1 {
+				t.Fatalf("OnRetry called %d times, want at least %d", len(retried), tt.wantTries-1)
+			}
+			if want := tt.script(1).status; want != 0 && ErrorCode(retried[0]) != want {
+				t.Errorf("OnRetry got %v, want an *Error %d", retried[0], want)
 			}
 		})
 	}

@@ -188,9 +188,11 @@ func (c *Client) connectLoop(ctx context.Context, connected func()) error {
 		case endReset:
 			needSnapshot = true
 		}
-		if time.Since(opened) >= stableConn {
+		lasted := time.Since(opened)
+		if lasted >= stableConn {
 			attempt = 0
 		}
+		c.log.Info("parley: connection ended, reconnecting", "lasted", lasted, "attempt", attempt)
 		pause()
 	}
 	return context.Cause(ctx)

@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,7 +270,10 @@ func TestSessionFetchesPushesDroppedOnOverflow(t *testing.T) {
 	f := newFake(t)
 	const last = 10 + eventQueueLen + 76
 	f.setLog(last)
-	onEvent, evs := collect()
+	// Room for every event: Connect waits for the delivery lock, which the dispatcher may
+	// hold until it has handed over all of them (a smaller buffer deadlocked, now and then).
+	evs := make(chan SyncEvent, last)
+	onEvent := func(ev SyncEvent) { evs <- ev }
 	c := f.client(t, Options{OnEvent: onEvent, Cursor: 10})
 	// Fill the queue before the dispatcher runs: the last 76 pushes do not fit.
 	for cur := int64(11); cur <= last; cur++ {
@@ -326,4 +331,47 @@ func TestSessionStopsWhenSyncRefusesToken(t *testing.T) {
 	if err := recv(t, errc, "Run to return"); ErrorCode(err) != http.StatusUnauthorized {
 		t.Fatalf("Run = %v, want a 401 *Error", err)
 	}
+}
+
+// A server that accepts every WebSocket and drops it at once must not be redialled in a tight
+// loop: a connection that did not last stableConn does not restart the backoff, so each
+// reconnect waits for a higher attempt (the JS SDK had this bug, issue 7).
+func TestSessionBacksOffWhenConnectionsDieAtOnce(t *testing.T) {
+	f := newFake(t)
+	f.setLog(1)
+	attempts := make(chan int64, 16)
+	log := slog.New(attemptHandler{attempts})
+	c := f.client(t, Options{Logger: log})
+	if err := c.Connect(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for want := int64(0); want < 4; want++ {
+		fc := recv(t, f.conns, "a connection")
+		fc.ws.Close() // accepted, then dropped before anything else happens
+		if got := recv(t, attempts, "the reconnect"); got != want {
+			t.Fatalf("reconnect %d waited for attempt %d, want %d: the backoff restarted", want+1, got, want)
+		}
+	}
+}
+
+// attemptHandler sends the "attempt" of every "connection ended" log record to a channel.
+type attemptHandler struct{ ch chan<- int64 }
+
+func (h attemptHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h attemptHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h attemptHandler) WithGroup(string) slog.Handler            { return h }
+func (h attemptHandler) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "connection ended") {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "attempt" {
+			select {
+			case h.ch <- a.Value.Int64():
+			default: // the test stopped reading: never block the session
+			}
+		}
+		return true
+	})
+	return nil
 }

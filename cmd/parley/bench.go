@@ -88,6 +88,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		Stdout:     stdout,
 		Stderr:     stderr,
 		Terminal:   isTerminal(stderr),
+		Version:    version,
 	}
 	_, err = bench.Run(ctx, cfg, opts)
 	return err

@@ -26,7 +26,8 @@ type serveConfig struct {
 	Node        server.Config
 }
 
-// shutdownBudget is how long a SIGTERM drain may take (PROTOCOL section 11 allows 10 s).
+// shutdownBudget is how long a SIGTERM drain may take: within the 10 s that supervisors such
+// as `docker stop` wait before killing (docs/protocol.md section 11.3).
 const shutdownBudget = 8 * time.Second
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -106,6 +107,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.Node.Gateway.DevLogin && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
 		return fmt.Errorf("--dev-login: %s resolved to %s, which is not a loopback address", cfg.Addr, ln.Addr())
 	}
+	cfg.Node.Version = version
 	srv, err := server.New(ctx, cfg.Node)
 	if err != nil {
 		return err

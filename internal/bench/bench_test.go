@@ -99,7 +99,7 @@ func checkOutputs(t *testing.T, rep *Report, cfg Config) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"scenario", "acked_per_sec", "deliveries_per_sec", "latency_ms", "violations", "errors", "server_cpu_pct", "server_rss_bytes"} {
+	for _, k := range []string{"scenario", "acked_per_sec", "deliveries_per_sec", "latency_ms", "violations", "errors", "retries", "rate_limited", "env", "server_cpu_pct", "server_rss_bytes"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON report lacks %q", k)
 		}
@@ -164,6 +164,43 @@ func TestDirectClosedLoop(t *testing.T) {
 	}
 	if len(rep.Timeline) == 0 {
 		t.Fatal("no timeline")
+	}
+}
+
+// Against a server that limits sends, the SDK retries 429s silently; the report must show
+// them, and say which server and machine it measured.
+func TestRateLimitedServerShowsRetries(t *testing.T) {
+	srv := parleytest.Start(t, func(c *server.Config) {
+		c.Gateway.SendRate, c.Gateway.SendBurst = 10, 1
+		c.Gateway.RequestRate = 0
+		c.Version = "v9.9.9-test"
+	})
+	cfg := DefaultConfig("direct")
+	cfg.Pairs, cfg.Messages, cfg.Duration = 1, 6, 0
+	rep, err := runBench(t, srv, cfg, nil)
+	consistent(t, rep, err)
+	if rep.Acked != 6 {
+		t.Fatalf("acked %d, want 6: every 429 is retried", rep.Acked)
+	}
+	if rep.Retried429 == 0 || rep.Retries < rep.Retried429 || rep.RateLimited != rep.Retried429 {
+		t.Fatalf("retries %d, retried after 429 %d, 429 answers %d: want the 429s counted", rep.Retries, rep.Retried429, rep.RateLimited)
+	}
+	want := Env{ServerVersion: "v9.9.9-test", Engine: "sqlite"}
+	if rep.Env.ServerVersion != want.ServerVersion || rep.Env.Engine != want.Engine || rep.Env.ServerGo == "unknown" {
+		t.Fatalf("env %+v, want the server's version %s and engine %s", rep.Env, want.ServerVersion, want.Engine)
+	}
+	if rep.Env.CPUs == 0 || rep.Env.Host == "" || rep.Env.GoVersion == "" {
+		t.Fatalf("env %+v lacks the load tool's machine", rep.Env)
+	}
+	var out bytes.Buffer
+	writeTable(&out, rep)
+	for _, s := range []string{"429 answers: ", "engine sqlite", "v9.9.9-test", "CPUs"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("text report lacks %q:\n%s", s, out.String())
+		}
+	}
+	if page := renderHTML(rep); !strings.Contains(page, "429 answers: ") || !strings.Contains(page, "engine sqlite") {
+		t.Error("HTML report lacks the retries or the engine")
 	}
 }
 

@@ -149,6 +149,8 @@ type Options struct {
 	Stdout, Stderr io.Writer
 	// Terminal makes the progress line redraw in place (\r) instead of printing lines.
 	Terminal bool
+	// Version is the load tool's version, recorded in every report (Env).
+	Version string
 	// Hooks are for tests; honoured by the in-process worker only.
 	Hooks *Hooks
 }

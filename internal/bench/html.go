@@ -45,7 +45,8 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 	}
 	cfg, _ := json.Marshal(r.Config)
 	cell("configuration", html.EscapeString(string(cfg)))
-	cell("server", html.EscapeString(r.Server))
+	cell("server", html.EscapeString(r.Server+" — "+fmtEnvServer(r.Env)))
+	cell("bench", html.EscapeString(fmtEnvBench(r.Env)))
 	cell("load time", fmt.Sprintf("%.2f s", r.DurationS))
 	cell("operations", fmt.Sprintf("%d (%.0f/s) — %s", r.Ops, r.OpsPerSec, html.EscapeString(r.Op)))
 	cell("acked", fmt.Sprintf("%d (%.0f/s)", r.Acked, r.AckedPerSec))
@@ -53,6 +54,7 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 	cell("latency ms ("+r.Op+")", html.EscapeString(fmtLat(r.Latency)))
 	cell("delivery ms (send → receive)", html.EscapeString(fmtLat(r.DeliveryLatency)))
 	cell("errors", html.EscapeString(fmtCounts(r.Errors)))
+	cell("retries", html.EscapeString(fmtRetries(r)))
 	viol := fmt.Sprintf("%d %s", r.Violations, html.EscapeString(fmtCounts(r.ViolationsByKind)))
 	if r.Violations > 0 {
 		viol = `<span class="bad">` + viol + `</span>`

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +64,15 @@ func parseMetrics(r io.Reader) (metricSet, error) {
 
 // scrape fetches and parses base/metrics.
 func scrape(ctx context.Context, hc *http.Client, base string) (metricSet, error) {
+	text, err := fetchMetrics(ctx, hc, base)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(bytes.NewReader(text))
+}
+
+// fetchMetrics returns the text of base/metrics.
+func fetchMetrics(ctx context.Context, hc *http.Client, base string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
@@ -76,7 +87,27 @@ func scrape(ctx context.Context, hc *http.Client, base string) (metricSet, error
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return parseMetrics(resp.Body)
+	return io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+}
+
+// metricLabels returns the labels of the first sample of metric name in the Prometheus
+// text, or nil if there is none.
+func metricLabels(text []byte, name string) map[string]string {
+	labelPair := regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`) // name="value", escapes kept
+	for line := range strings.Lines(string(text)) {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		out := map[string]string{}
+		for _, m := range labelPair.FindAllStringSubmatch(rest, -1) {
+			if v, err := strconv.Unquote(`"` + m[2] + `"`); err == nil {
+				out[m[1]] = v
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // sample is one scrape at a time.

@@ -96,11 +96,11 @@ func (c *coord) runReconnect(ctx context.Context) (*Report, error) {
 		c.note("round %d: %d messages arrive while %d devices are offline", round+1, cfg.Messages, cfg.Devices)
 		t0 := time.Now()
 		err := parallel(ctx, cfg.Convs, cfg.Convs, func(i int) error {
-			peer := c.as(peerAccts[i])
+			peer := c.recordedAs(peerAccts[i], rec)
 			for n := share(cfg.Messages, cfg.Convs, i); n > 0; n-- {
 				s0 := time.Now()
 				octx, cancel := opContext(ctx)
-				ack, err := peer.Send(octx, convs[i].ConvID, client.ContentText, fmt.Sprintf("m%d", n), nil)
+				ack, err := peer.SendText(octx, convs[i].ConvID, fmt.Sprintf("m%d", n))
 				cancel()
 				now := time.Now()
 				if err != nil {

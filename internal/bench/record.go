@@ -59,6 +59,7 @@ type recorder struct {
 
 	ops, acked, delivered, echoes atomic.Int64
 	errCount                      atomic.Int64
+	retries, retried429           atomic.Int64
 
 	mu     sync.Mutex // guards the fields below
 	lat    *hdrhistogram.Histogram
@@ -157,6 +158,14 @@ func (r *recorder) count(name string, n int64) {
 	r.mu.Unlock()
 }
 
+// retry records a send the SDK is repeating (client.Options.OnRetry).
+func (r *recorder) retry(err error, _ time.Duration) {
+	r.retries.Add(1)
+	if client.ErrorCode(err) == http.StatusTooManyRequests {
+		r.retried429.Add(1)
+	}
+}
+
 // fail records a failed operation under its error code.
 func (r *recorder) fail(err error) {
 	if err == nil {
@@ -209,15 +218,17 @@ type slotOut struct {
 
 // measures is the part of a worker's result the recorder fills.
 type measures struct {
-	Ops       int64            `json:"ops"`
-	Acked     int64            `json:"acked"`
-	Delivered int64            `json:"delivered"`
-	Echoes    int64            `json:"echoes"`
-	Errors    map[string]int64 `json:"errors"`
-	Counts    map[string]int64 `json:"counts"`
-	Latency   []byte           `json:"latency,omitempty"`
-	DLatency  []byte           `json:"delivery_latency,omitempty"`
-	Slots     []slotOut        `json:"slots,omitempty"`
+	Ops        int64            `json:"ops"`
+	Acked      int64            `json:"acked"`
+	Delivered  int64            `json:"delivered"`
+	Echoes     int64            `json:"echoes"`
+	Retries    int64            `json:"retries"`
+	Retried429 int64            `json:"retried_429"`
+	Errors     map[string]int64 `json:"errors"`
+	Counts     map[string]int64 `json:"counts"`
+	Latency    []byte           `json:"latency,omitempty"`
+	DLatency   []byte           `json:"delivery_latency,omitempty"`
+	Slots      []slotOut        `json:"slots,omitempty"`
 }
 
 func (r *recorder) export() measures {
@@ -225,6 +236,7 @@ func (r *recorder) export() measures {
 	defer r.mu.Unlock()
 	m := measures{
 		Ops: r.ops.Load(), Acked: r.acked.Load(), Delivered: r.delivered.Load(), Echoes: r.echoes.Load(),
+		Retries: r.retries.Load(), Retried429: r.retried429.Load(),
 		Errors: maps.Clone(r.errors), Counts: maps.Clone(r.counts),
 		Latency: encodeHist(r.lat), DLatency: encodeHist(r.dlat),
 	}

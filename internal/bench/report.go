@@ -21,7 +21,8 @@ type Report struct {
 	Scenario  string    `json:"scenario"`
 	Config    configOut `json:"config"`
 	Server    string    `json:"server"` // "spawned" or the URL driven
-	Op        string    `json:"op"`     // what latency_ms measures
+	Env       Env       `json:"env"`
+	Op        string    `json:"op"` // what latency_ms measures
 	StartedAt time.Time `json:"started_at"`
 	DurationS float64   `json:"duration_s"` // the load phase
 
@@ -37,7 +38,13 @@ type Report struct {
 	Latency         Percentiles `json:"latency_ms"`
 	DeliveryLatency Percentiles `json:"delivery_latency_ms"` // send -> receive at each recipient
 
-	Errors           map[string]int64 `json:"errors"`
+	Errors map[string]int64 `json:"errors"`
+	// Retries counts the sends the SDK silently repeated (after a 429, a 5xx, a lost
+	// connection); Retried429 those after a 429. RateLimited is every 429 answer: the
+	// retried ones plus those reported under Errors["429"].
+	Retries          int64            `json:"retries"`
+	Retried429       int64            `json:"retried_429"`
+	RateLimited      int64            `json:"rate_limited"`
 	Violations       int64            `json:"violations"`
 	ViolationsByKind map[string]int64 `json:"violations_by_kind"`
 	ViolationSamples []Violation      `json:"violation_samples"`
@@ -152,6 +159,8 @@ func (r *Report) addResult(res *Result) {
 	r.Acked += res.Acked
 	r.Deliveries += res.Delivered
 	r.Echoes += res.Echoes
+	r.Retries += res.Retries
+	r.Retried429 += res.Retried429
 	for k, v := range res.Errors {
 		r.Errors[k] += v
 	}
@@ -188,6 +197,7 @@ func (r *Report) finalize() {
 		r.DeliveriesPerSec = float64(r.Deliveries) / r.DurationS
 	}
 	r.Latency, r.DeliveryLatency = percentiles(r.lat), percentiles(r.dlat)
+	r.RateLimited = r.Retried429 + r.Errors["429"]
 	r.Timeline = r.Timeline[:0]
 	iv := r.interval.Seconds()
 	last := -1
@@ -274,6 +284,24 @@ func writeFiles(cfg Config, r *Report) error {
 	return nil
 }
 
+// fmtRetries says how often the SDK repeated sends and how many 429s the server answered,
+// which the SDK's silent retries would otherwise hide.
+func fmtRetries(r *Report) string {
+	return fmt.Sprintf("%d sends retried (%d after a 429); 429 answers: %d", r.Retries, r.Retried429, r.RateLimited)
+}
+
+func fmtEnvServer(e Env) string {
+	s := fmt.Sprintf("parley %s, engine %s, %s", e.ServerVersion, e.Engine, e.ServerGo)
+	if len(e.ServerArgs) > 0 {
+		s += fmt.Sprintf(", args %q", e.ServerArgs)
+	}
+	return s
+}
+
+func fmtEnvBench(e Env) string {
+	return fmt.Sprintf("parley %s, %s, %s, host %s, %d CPUs", e.BenchVersion, e.GoVersion, e.OSArch, e.Host, e.CPUs)
+}
+
 func fmtLat(p Percentiles) string {
 	if p.Count == 0 {
 		return "-"
@@ -321,7 +349,8 @@ func writeTable(w io.Writer, r *Report) {
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...) }
 	cfg, _ := json.Marshal(r.Config)
 	row("scenario", "%s  %s", r.Scenario, cfg)
-	row("server", "%s", r.Server)
+	row("server", "%s  %s", r.Server, fmtEnvServer(r.Env))
+	row("bench", "%s", fmtEnvBench(r.Env))
 	row("load time", "%.2f s", r.DurationS)
 	row("operations", "%d  (%.0f/s)  %s", r.Ops, r.OpsPerSec, r.Op)
 	row("acked", "%d  (%.0f/s)", r.Acked, r.AckedPerSec)
@@ -329,6 +358,7 @@ func writeTable(w io.Writer, r *Report) {
 	row("latency ms", "%s  [%s]", fmtLat(r.Latency), r.Op)
 	row("delivery ms", "%s  [send -> receive]", fmtLat(r.DeliveryLatency))
 	row("errors", "%s", fmtCounts(r.Errors))
+	row("retries", "%s", fmtRetries(r))
 	row("violations", "%d  %s", r.Violations, fmtCounts(r.ViolationsByKind))
 	row("server", "cpu %.0f%% (%.1f s)  rss peak %s (start %s)", r.ServerCPUPct, r.ServerCPUSeconds, fmtBytes(r.ServerRSSBytes), fmtBytes(r.ServerRSSStartBytes))
 	row("client", "cpu %.0f%% (%.1f s)  max rss %s  procs %d", r.ClientCPUPct, r.ClientCPUSeconds, fmtBytes(float64(r.ClientMaxRSSBytes)), r.Config.Procs)

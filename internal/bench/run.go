@@ -40,6 +40,7 @@ type coord struct {
 	admin   *client.Admin
 	v       *Verifier
 	sampler *sampler
+	env     Env // recorded in every report
 
 	progMu   sync.Mutex // serialises progress output
 	progLine bool       // a progress line is on screen (terminal mode)
@@ -116,6 +117,7 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	if err := c.healthy(ctx); err != nil {
 		return nil, err
 	}
+	c.env = c.environment(ctx)
 	c.sampler = &sampler{hc: c.hc, base: c.base}
 	sctx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSampler()
@@ -561,6 +563,7 @@ func (c *coord) newReport(opName string, at, end time.Time) *Report {
 	r := &Report{
 		Scenario:       c.cfg.Scenario,
 		Config:         c.configOut(),
+		Env:            c.env,
 		Op:             opName,
 		StartedAt:      at.UTC(),
 		DurationS:      end.Sub(at).Seconds(),

@@ -193,7 +193,7 @@ func aggregate(reps []*Report) *Report {
 	}
 	first := reps[0]
 	a := &Report{
-		Scenario: first.Scenario, Config: first.Config, Server: first.Server, Op: first.Op, StartedAt: first.StartedAt,
+		Scenario: first.Scenario, Config: first.Config, Server: first.Server, Env: first.Env, Op: first.Op, StartedAt: first.StartedAt,
 		DurationS:           med(func(r *Report) float64 { return r.DurationS }),
 		Ops:                 medInt(func(r *Report) int64 { return r.Ops }),
 		OpsPerSec:           med(func(r *Report) float64 { return r.OpsPerSec }),
@@ -226,6 +226,9 @@ func aggregate(reps []*Report) *Report {
 			a.Errors[k] += v
 		}
 		a.Violations += r.Violations
+		a.Retries += r.Retries
+		a.Retried429 += r.Retried429
+		a.RateLimited += r.RateLimited
 		for k, v := range r.ViolationsByKind {
 			a.ViolationsByKind[k] += v
 		}
@@ -379,6 +382,8 @@ func writeSummary(w io.Writer, a *Report, reps []*Report) {
 		server = a.Server
 	}
 	fmt.Fprintf(tw, "runs\t%d, %s; median run %d (its timeline in --json/--report)\n", len(reps), server, a.MedianRun)
+	fmt.Fprintf(tw, "server\t%s\n", fmtEnvServer(a.Env))
+	fmt.Fprintf(tw, "bench\t%s\n", fmtEnvBench(a.Env))
 	fmt.Fprintf(tw, "\tmedian\tmin\tmax\tper run\n")
 	for _, f := range figures(reps) {
 		xs := f.values(reps)
@@ -390,6 +395,7 @@ func writeSummary(w io.Writer, a *Report, reps []*Report) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.label, fmtValue(f.unit, s.Median), fmtValue(f.unit, s.Min), fmtValue(f.unit, s.Max), strings.Join(per, "  "))
 	}
 	fmt.Fprintf(tw, "errors\t%s  (all runs)\n", fmtCounts(a.Errors))
+	fmt.Fprintf(tw, "retries\t%s  (all runs)\n", fmtRetries(a))
 	fmt.Fprintf(tw, "violations\t%d  %s  (all runs)\n", a.Violations, fmtCounts(a.ViolationsByKind))
 	tw.Flush()
 	for _, v := range a.ViolationSamples {

@@ -67,8 +67,16 @@ func (c *coord) issueTokens(ctx context.Context, accts []Account) error {
 }
 
 // as returns a client acting as acct (HTTP only) for setup calls.
-func (c *coord) as(acct Account) *client.Client {
-	return client.New(client.Options{BaseURL: c.base, Token: acct.Token, UserID: acct.User, HTTPClient: c.hc})
+func (c *coord) as(acct Account) *client.Client { return c.recordedAs(acct, nil) }
+
+// recordedAs is as for calls that are part of the load: rec, if not nil, counts the SDK's
+// retries.
+func (c *coord) recordedAs(acct Account, rec *recorder) *client.Client {
+	o := client.Options{BaseURL: c.base, Token: acct.Token, UserID: acct.User, HTTPClient: c.hc}
+	if rec != nil {
+		o.OnRetry = rec.retry
+	}
+	return client.New(o)
 }
 
 // baseJobs returns one empty job per worker.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -13,7 +12,7 @@ import (
 )
 
 // This file is the load tool's correctness side. A load run checks, as it goes, what a chat
-// server owes its clients (PROTOCOL sections 2, 7, 8 and 9):
+// server owes its clients (docs/protocol.md sections 2, 7, 8 and 9):
 //
 //   - per device, the sync events handed over carry cursors 1 by 1 with no gap or repeat;
 //   - per device and conversation, messages arrive once each, in seq order, with no gap;
@@ -237,8 +236,7 @@ func (s *Stream) Event(ev client.SyncEvent) *client.Message {
 	case client.EventMessage:
 		return s.messageLocked(ev)
 	case client.EventRead:
-		var d client.ReadData
-		if json.Unmarshal(ev.Data, &d) == nil {
+		if d, err := ev.Read(); err == nil {
 			k := posKey{ev.ConvID, d.UserID}
 			if prev := s.reads[k]; d.ReadSeq < prev {
 				s.v.Reportf(VReadBackwards, s.device, ev.ConvID, "read event for %s: %d after %d", d.UserID, d.ReadSeq, prev)
@@ -251,13 +249,10 @@ func (s *Stream) Event(ev client.SyncEvent) *client.Message {
 }
 
 func (s *Stream) messageLocked(ev client.SyncEvent) *client.Message {
-	var m client.Message
-	if err := json.Unmarshal(ev.Data, &m); err != nil {
+	m, err := ev.Message()
+	if err != nil {
 		s.v.Reportf(VMismatch, s.device, ev.ConvID, "undecodable message event at cursor %d: %v", ev.Cursor, err)
 		return nil
-	}
-	if m.ConvID == "" {
-		m.ConvID = ev.ConvID
 	}
 	r := s.convs[m.ConvID]
 	if r == nil {

@@ -253,13 +253,14 @@ func (w *worker) waitCaught(ctx context.Context, targets map[string]int64) {
 	}
 }
 
-// content builds a message body of about size bytes carrying its send time, from which
-// receivers measure publish-to-receive latency.
+// content builds a text message (protocol.TextContent, so any client shows it) of about size
+// bytes that also carries its send time in "t", from which receivers measure
+// publish-to-receive latency.
 func (w *worker) content(sent time.Time) json.RawMessage {
 	b := make([]byte, 0, w.job.Size+40)
 	b = append(b, `{"t":`...)
 	b = strconv.AppendInt(b, sent.UnixNano(), 10)
-	b = append(b, `,"p":"`...)
+	b = append(b, `,"text":"`...)
 	for len(b) < w.job.Size-2 {
 		b = append(b, 'x')
 	}
@@ -333,7 +334,7 @@ func (d *device) newClient(cursor int64) *client.Client {
 	return client.New(client.Options{
 		BaseURL: d.w.job.Server, Token: d.spec.Token, UserID: d.spec.User,
 		HTTPClient: d.w.hc, OnEvent: d.onEvent, OnReset: d.onReset, Cursor: cursor,
-		AutoDelivered: d.w.job.Scenario == "mixed",
+		AutoDelivered: d.w.job.Scenario == "mixed", OnRetry: d.w.rec.retry,
 	})
 }
 

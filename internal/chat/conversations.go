@@ -10,7 +10,7 @@ import (
 	"github.com/parleychat/parley/protocol"
 )
 
-// CreateConversation creates a direct or group conversation (PROTOCOL section 5).
+// CreateConversation creates a direct or group conversation (docs/protocol.md section 5).
 func (s *Service) CreateConversation(ctx context.Context, me Identity, req protocol.CreateConversationRequest) (protocol.ConversationBrief, error) {
 	switch req.Type {
 	case protocol.TypeDirect:

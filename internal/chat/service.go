@@ -25,7 +25,7 @@ type Config struct {
 	DefaultTokenTTL time.Duration // default 30 days
 }
 
-// DefaultConfig returns the defaults of PROTOCOL.md.
+// DefaultConfig returns the defaults of docs/protocol.md.
 func DefaultConfig() Config {
 	return Config{
 		RecallWindow:    24 * time.Hour,

@@ -2,7 +2,7 @@
 // parleytest.Start and talks to it only over HTTP and WebSocket, the way a client would. The
 // tests decode every answer into generic JSON (map[string]any), never into the server's own
 // Go types, so that field names, status codes and event order are checked against
-// PROTOCOL.md itself rather than against the implementation.
+// docs/protocol.md itself rather than against the implementation.
 //
 // The package has no non-test code; run it with
 //

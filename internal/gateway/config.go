@@ -50,7 +50,7 @@ type Config struct {
 	DevLogin bool
 }
 
-// DefaultConfig returns the defaults of PROTOCOL.md and of the comments above.
+// DefaultConfig returns the defaults of docs/protocol.md and of the comments above.
 func DefaultConfig() Config {
 	return Config{
 		HeartbeatInterval: 30 * time.Second,

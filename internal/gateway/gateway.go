@@ -1,5 +1,5 @@
 // Package gateway is Parley's network edge: the HTTP JSON API and the WebSocket endpoint of
-// PROTOCOL.md. It authenticates callers, decodes and validates wire input, applies per-device
+// docs/protocol.md. It authenticates callers, decodes and validates wire input, applies per-device
 // rate limits, calls chat.Service, maps domain errors to wire codes in one table (statusOf),
 // and runs each WebSocket with a reader, a writer and bounded outbound queues. It is the one
 // place where wire types meet the domain.
@@ -98,7 +98,7 @@ func New(o Options) *Gateway {
 	return g
 }
 
-// routes registers every endpoint of PROTOCOL.md sections 3 and 5-11.
+// routes registers every endpoint of docs/protocol.md sections 3 and 5-11.
 func (g *Gateway) routes() {
 	m := g.mux
 	m.Handle("POST /v1/admin/users", g.admin(g.createUser))

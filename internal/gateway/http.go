@@ -402,7 +402,7 @@ func (g *Gateway) receipts(r *http.Request, _ []byte, me chat.Identity) (int, an
 	if err != nil {
 		return 0, nil, err
 	}
-	if seq < 1 { // PROTOCOL 7: N below 1 is 404, like N above max_seq
+	if seq < 1 { // docs/protocol.md 7.2: N below 1 is 404, like N above max_seq
 		return 0, nil, fmt.Errorf("%w: no message with seq %d", chat.ErrNotFound, seq)
 	}
 	rc, err := g.svc.Receipts(r.Context(), me, convID, seq)

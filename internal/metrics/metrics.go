@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -38,6 +39,7 @@ type Metrics struct {
 	commitSeconds     prometheus.Histogram
 	longPollsWaiting  prometheus.Gauge
 	httpRequests      *prometheus.CounterVec
+	buildInfo         *prometheus.GaugeVec
 }
 
 // New returns Metrics registered on a new registry, together with the Go runtime and process
@@ -88,15 +90,29 @@ func New() *Metrics {
 			Name: "parley_http_requests_total",
 			Help: "HTTP requests answered, by status code (101 for WebSocket upgrades).",
 		}, []string{"code"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "parley_build_info",
+			Help: "Always 1; the labels say which Parley version, storage engine and Go version serve.",
+		}, []string{"version", "engine", "go_version"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
-		m.longPollsWaiting, m.httpRequests,
+		m.longPollsWaiting, m.httpRequests, m.buildInfo,
 	)
 	return m
+}
+
+// SetBuildInfo publishes what this node runs as parley_build_info, so that whoever reads the
+// metrics (a dashboard, `parley bench --server`) can tell what it measured.
+func (m *Metrics) SetBuildInfo(version, engine string) {
+	if m == nil {
+		return
+	}
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, engine, runtime.Version()).Set(1)
 }
 
 // Registry returns the registry the instruments live on, for callers that add collectors

@@ -29,6 +29,7 @@ import (
 type Config struct {
 	Data        string // data directory of the embedded store; required
 	Engine      string // embedded engine: "sqlite" or "pebble"; "" means the data directory's own, else sqlite
+	Version     string // the binary's version, published in parley_build_info; "" reads "dev"
 	Relaxed     bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
 	AdminSecret string // empty: generated once into Data/admin.secret
 	Chat        chat.Config
@@ -71,6 +72,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	m := metrics.New()
+	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
 	st, err := OpenStore(ctx, cfg, m.ObserveCommit)
 	if err != nil {
 		unlock()
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // (0700, its files 0600) once the engine has opened it.
 func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
 	found := DetectEngine(cfg.Data)
-	engine := cmp.Or(cfg.Engine, found, "sqlite")
+	engine := EngineOf(cfg)
 	if found != "" && found != engine {
 		return nil, fmt.Errorf("data directory %s holds a %s store: start with --store %s", cfg.Data, found, found)
 	}
@@ -139,6 +141,10 @@ func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration
 	}
 	return st, nil
 }
+
+// EngineOf names the engine OpenStore opens for cfg: the one cfg names, else the data
+// directory's own, else SQLite.
+func EngineOf(cfg Config) string { return cmp.Or(cfg.Engine, DetectEngine(cfg.Data), "sqlite") }
 
 // DetectEngine names the engine whose files dataDir holds, or "" for a new directory.
 func DetectEngine(dataDir string) string {

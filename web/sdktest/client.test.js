@@ -169,6 +169,66 @@ test('auto falls back to long-poll when WebSocket keeps failing but HTTP works',
   await until('message', () => texts(c).length === 1);
 });
 
+// The attack of issue 7: a message the browser cannot decode kills every socket right after it
+// opens, at the same cursor. The client must back off (not reconnect in a tight loop), and
+// long-poll meanwhile so the messages still arrive, then try the socket again.
+test('sockets that die right after opening: growing backoff, then long-poll, then the socket again', async (t) => {
+  const server = new FakeServer();
+  server.wsDiesAfterOpen = true;
+  server.bobSays('one');
+  const c = newClient(server, {
+    transport: 'auto', backoff: { base: 20, max: 1000 }, fallbackAfter: 3, longPollFor: 300, stableAfter: 200,
+  });
+  const delays = [];
+  c.addEventListener('retry', (e) => delays.push(e.detail.delay));
+  t.after(() => c.stop());
+  await c.start();
+
+  await until('fell back to long-poll', () => c.mode === 'longpoll' && c.status === 'online');
+  assert.equal(server.wsOpens.length, 3, 'three sockets, then long-poll');
+  assert.equal(c.stats.fallbacks, 1);
+  // Attempts 0, 1, 2 wait in [10,20], [20,40], [40,80] ms: each at least the one before.
+  assert.ok(delays.length >= 2, `delays ${delays}`);
+  for (let i = 1; i < delays.length; i++) assert.ok(delays[i] >= delays[i - 1], `backoff grows: ${delays}`);
+  assert.ok(delays[delays.length - 1] > delays[0], `backoff grows: ${delays}`);
+  for (let i = 1; i < server.wsOpens.length; i++) {
+    const gap = server.wsOpens[i] - server.wsOpens[i - 1];
+    assert.ok(gap >= delays[i - 1] - 1, `socket ${i} came ${gap} ms after the previous, before its backoff ${delays[i - 1]} ms`);
+  }
+
+  server.bobSays('two');
+  await until('a message over long-poll', () => texts(c).length === 2);
+  assert.deepEqual(texts(c), ['one', 'two']);
+
+  // After longPollFor the socket is tried again; it still dies, so long-poll resumes at once.
+  await until('the socket tried again', () => server.wsOpens.length === 4);
+  await until('long-poll again', () => c.stats.fallbacks === 2 && c.mode === 'longpoll');
+  server.bobSays('three');
+  await until('a message over long-poll again', () => texts(c).length === 3);
+
+  // Once sockets stay open, the client stays on WebSocket.
+  server.wsDiesAfterOpen = false;
+  await until('back on WebSocket', () => c.mode === 'websocket' && c.status === 'online' && server.sockets.size === 1, 3000);
+  await until('stable', () => c._wsFailures === 0);
+  server.bobSays('four');
+  await until('a message over WebSocket', () => texts(c).length === 4);
+  assert.equal(c.mode, 'websocket');
+  assert.equal(c.stats.fallbacks, 2);
+});
+
+test('with transport "websocket", dying sockets back off but never long-poll', async (t) => {
+  const server = new FakeServer();
+  server.wsDiesAfterOpen = true;
+  const c = newClient(server, { transport: 'websocket', backoff: { base: 20, max: 80 }, fallbackAfter: 2 });
+  t.after(() => c.stop());
+  await c.start();
+  await until('five sockets', () => server.wsOpens.length >= 5);
+  assert.equal(c.stats.fallbacks, 0);
+  assert.ok(!server.requests.includes('GET /v1/sync'), 'no long-poll');
+  const spread = server.wsOpens[4] - server.wsOpens[0];
+  assert.ok(spread >= 10 + 20 + 40 + 40, `four backoffs took ${spread} ms: a tight loop`);
+});
+
 test('without a WebSocket implementation the client long-polls', async (t) => {
   const server = new FakeServer();
   const c = newClient(server, { transport: 'auto', WebSocket: null });

@@ -10,6 +10,8 @@ export class FakeServer {
   constructor() {
     this.up = true; // false: every request and connection fails like a dead network
     this.wsBroken = false; // true: WebSocket upgrades fail while HTTP works
+    this.wsDiesAfterOpen = false; // true: every WebSocket opens, then dies at once (1006)
+    this.wsOpens = []; // Date.now() of every WebSocket the server accepted
     this.dropNextReply = false; // true: the next send is stored but its reply is lost
     this.deafToPings = false; // true: pings get no pong (a connection that died silently)
     this.retainedFrom = 1; // events below this cursor were pruned: older cursors get 410
@@ -191,6 +193,14 @@ class FakeWebSocket {
     this.readyState = 1;
     s.sockets.add(this);
     this.onopen?.({});
+    s.wsOpens.push(Date.now());
+    if (s.wsDiesAfterOpen) {
+      // A frame arrives (a reply to the client's first frames, say), then the connection
+      // dies, as a browser kills one on a frame it cannot decode.
+      this.push({ id: 'earlier', code: 0, op: 'pong' });
+      this.serverClose(1006);
+      return;
+    }
     if (u.searchParams.has('cursor')) {
       const r = s.syncFrom(Number(u.searchParams.get('cursor')), 1e9);
       if (r.error) {

@@ -10,7 +10,8 @@
 //     and the user's sync cursor. It does no I/O, so it is unit-tested on its own.
 //   - ParleyClient does the I/O: a snapshot for a new device, then a WebSocket opened with
 //     ?cursor= (or an HTTP long-poll loop when WebSocket is unavailable or forced), reconnects
-//     with exponential backoff and jitter, re-sends every unacknowledged message with its
+//     with exponential backoff and jitter, long-polls for a while when sockets keep dying
+//     soon after they open, re-sends every unacknowledged message with its
 //     original client_msg_id, and keeps the cursor, together with the state it describes, in
 //     localStorage (or any storage given to it).
 //
@@ -84,7 +85,14 @@ function defaultStorage() {
  * Events (EventTarget): "change" (detail.convs: Set of changed conv_ids), "status"
  * (detail: {status, transport}; status is "connecting", "online" or "offline"), "autherror"
  * (the token was refused: the client stopped), "replaced" (another connection of the same
- * device took over: the client stopped).
+ * device took over: the client stopped), "retry" (detail: {attempt, delay}: the client waits
+ * delay ms before connecting again).
+ *
+ * A WebSocket that closes within stableAfter ms of opening counts as a failure, like one
+ * that never opens: the backoff keeps growing instead of restarting, so a server (or a
+ * message) that kills every socket at once cannot make the client reconnect in a tight loop.
+ * After fallbackAfter consecutive failures, "auto" long-polls for longPollFor ms (the events
+ * still arrive) and then tries the socket again.
  */
 export class ParleyClient extends EventTarget {
   /**
@@ -96,6 +104,9 @@ export class ParleyClient extends EventTarget {
    * @param {object} [o.storage]    {load, save, remove} (async); default localStorage
    * @param {string} [o.storageKey] default "parley:<userId>"
    * @param {object} [o.backoff]    {base, max} in ms (default 250, 10000)
+   * @param {number} [o.stableAfter]   ms a socket must stay open to count as working (10000)
+   * @param {number} [o.fallbackAfter] consecutive socket failures before long-poll (3)
+   * @param {number} [o.longPollFor]   ms to long-poll before trying the socket again (60000)
    */
   constructor(o) {
     super();
@@ -108,6 +119,9 @@ export class ParleyClient extends EventTarget {
     this.WebSocketImpl = o.WebSocket ?? globalThis.WebSocket;
     this.fetchImpl = o.fetch ?? ((...a) => globalThis.fetch(...a));
     this.backoff = { base: 250, max: 10000, ...(o.backoff ?? {}) };
+    this.stableAfter = o.stableAfter ?? 10000;
+    this.fallbackAfter = o.fallbackAfter ?? 3;
+    this.longPollFor = o.longPollFor ?? 60000;
     this.recent = o.recent ?? 30;
     this.pollWait = o.pollWait ?? 25;
     this.requestTimeout = o.requestTimeout ?? 15000;
@@ -126,7 +140,9 @@ export class ParleyClient extends EventTarget {
     this._frameSeq = 0;
     this._attempt = 0;
     this._wsFailures = 0;
-    this._forceLongPoll = this.transport === 'longpoll';
+    // Long-poll until this time (ms since the epoch): always with transport "longpoll", for
+    // longPollFor after WebSocket kept failing with "auto".
+    this._longPollUntil = this.transport === 'longpoll' ? Infinity : 0;
     this._sending = new Set(); // client_msg_ids in flight
     this._positions = { read: new Map(), delivered: new Map() }; // conv_id -> seq to send
     this._positionBusy = new Set(); // "kind conv_id" of positions in flight
@@ -329,7 +345,7 @@ export class ParleyClient extends EventTarget {
         this._setStatus('connecting');
         if (!this.state.synced) await this._snapshot();
         if (this._useWebSocket()) await this._runWebSocket();
-        else await this._runLongPoll();
+        else if (await this._runLongPoll() === 'websocket') continue;
       } catch (e) {
         err = e;
       }
@@ -352,12 +368,14 @@ export class ParleyClient extends EventTarget {
         continue; // reconnect at once from the last applied cursor
       }
       this._setStatus('offline');
-      await this._sleep(backoffDelay(this._attempt++, this.backoff));
+      const delay = backoffDelay(this._attempt, this.backoff);
+      this.dispatchEvent(new CustomEventish('retry', { attempt: this._attempt++, delay }));
+      await this._sleep(delay);
     }
   }
 
   _useWebSocket() {
-    return !this._forceLongPoll && typeof this.WebSocketImpl === 'function';
+    return Date.now() >= this._longPollUntil && typeof this.WebSocketImpl === 'function';
   }
 
   async _snapshot() {
@@ -382,22 +400,28 @@ export class ParleyClient extends EventTarget {
       this._ws = ws;
       this._gapClose = false;
       let opened = false;
-      let received = false;
+      let stable = false;
       let errorPush = null;
       let heartbeat = null;
+      let stableTimer = null;
       ws.onopen = () => {
         opened = true;
         heartbeat = setInterval(() => {
           if (this._ws === ws) this._wsCall('ping', {}).catch(() => {});
         }, this.heartbeat);
-        this._wsFailures = 0;
+        // Only a socket that stays open resets the backoff and the failure count: one that
+        // the server (or a frame it cannot parse) kills at once must not reconnect at once.
+        stableTimer = setTimeout(() => {
+          stable = true;
+          this._attempt = 0;
+          this._wsFailures = 0;
+        }, this.stableAfter);
         this.mode = 'websocket';
         this.stats.connects++;
         this._setStatus('online');
         this._onConnected();
       };
       ws.onmessage = (e) => {
-        received = true;
         const f = parseFrame(e.data);
         if (!f) return;
         if (f.op === 'event' && f.event) this._ingest([f.event]);
@@ -407,14 +431,17 @@ export class ParleyClient extends EventTarget {
       ws.onerror = () => {}; // a close event follows
       ws.onclose = (e) => {
         clearInterval(heartbeat);
+        clearTimeout(stableTimer);
         if (this._ws === ws) this._ws = null;
         this._failInflight();
-        if (received) this._attempt = 0;
         if (errorPush) return reject(new ParleyError(errorPush.code, errorPush.error ?? 'sync error'));
         if (this._gapClose) return reject(new ParleyError('gap', 'cursor gap'));
         if (e.code === 4001) return reject(new ParleyError('replaced', 'another connection of this device took over'));
         if (e.code === 4003) return reject(new ParleyError(401, 'revoked'));
-        if (opened) return resolve();
+        if (opened) {
+          if (!stable && !this._stopped) this._noteWebSocketFailure();
+          return resolve();
+        }
         // The upgrade failed. A browser does not say why, so ask over HTTP: a 401 or a bad
         // cursor shows there; if HTTP works and WebSocket keeps failing, fall back to long-poll.
         this._probe().then(() => {
@@ -427,10 +454,15 @@ export class ParleyClient extends EventTarget {
     });
   }
 
-  /** Counts a WebSocket failure while HTTP works; "auto" switches to long-poll at the second. */
+  /**
+   * Counts a WebSocket failure (an upgrade that fails while HTTP works, or a socket that dies
+   * before stableAfter); from the fallbackAfter-th in a row, "auto" long-polls for
+   * longPollFor. The count is kept, so a socket that still fails afterwards falls back again
+   * at once; only a stable socket resets it.
+   */
   _noteWebSocketFailure() {
-    if (++this._wsFailures >= 2 && this.transport === 'auto' && !this._forceLongPoll) {
-      this._forceLongPoll = true;
+    if (++this._wsFailures >= this.fallbackAfter && this.transport === 'auto') {
+      this._longPollUntil = Date.now() + this.longPollFor;
       this.stats.fallbacks++;
     }
   }
@@ -439,10 +471,12 @@ export class ParleyClient extends EventTarget {
     await this._http('GET', `/v1/sync?cursor=${this.state.cursor}&limit=1`);
   }
 
+  /** Long-polls until stopped or an error; returns "websocket" when it is time to try it again. */
   async _runLongPoll() {
     this.mode = 'longpoll';
     for (;;) {
-      if (this._stopped) return;
+      if (this._stopped) return '';
+      if (this._useWebSocket()) return 'websocket';
       const wait = this.status === 'online' ? this.pollWait : 0;
       this._pollAbort = new AbortController();
       const r = await this._http('GET', `/v1/sync?cursor=${this.state.cursor}&limit=500&wait=${wait}`, undefined,
