@@ -44,8 +44,9 @@ type Gateway struct {
 	met         *metrics.Metrics
 	mux         *http.ServeMux
 	upgrader    websocket.Upgrader
-	requests    *limiter // nil when off
-	sends       *limiter // nil when off
+	requests    *limiter      // nil when off
+	sends       *limiter      // nil when off
+	upgrades    atomic.Uint64 // WebSocket upgrades so far, to order a device's connections
 
 	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
 	drain    context.CancelFunc
@@ -245,20 +246,16 @@ func bearerToken(r *http.Request) (string, bool) {
 
 // authenticate resolves the caller of a client route. queryToken allows ?token= (only the
 // WebSocket upgrade does, for browsers); the header wins when both are present.
-func (g *Gateway) authenticate(r *http.Request, queryToken bool) (chat.Identity, string, error) {
+func (g *Gateway) authenticate(r *http.Request, queryToken bool) (chat.Session, error) {
 	tok, ok := bearerToken(r)
 	if !ok && queryToken {
 		tok = r.URL.Query().Get("token")
 		ok = tok != ""
 	}
 	if !ok {
-		return chat.Identity{}, "", unauthorized("missing bearer token")
+		return chat.Session{}, unauthorized("missing bearer token")
 	}
-	me, err := g.svc.Authenticate(r.Context(), tok)
-	if err != nil {
-		return chat.Identity{}, "", err
-	}
-	return me, tok, nil
+	return g.svc.OpenSession(r.Context(), tok)
 }
 
 // checkAdmin verifies the operator's secret.

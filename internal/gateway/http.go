@@ -33,10 +33,11 @@ func (g *Gateway) clientSend(h clientFunc) http.Handler { return g.clientRoute(h
 func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		status, out, err := func() (int, any, error) {
-			me, _, err := g.authenticate(r, false)
+			sess, err := g.authenticate(r, false)
 			if err != nil {
 				return 0, nil, err
 			}
+			me := sess.Identity
 			if err := g.allow(me, send); err != nil {
 				return 0, nil, err
 			}
