@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +165,51 @@ func (a *slowReaderAttack) wantClosed(t *testing.T, code int) {
 		if id, _ := m["client_msg_id"].(string); strings.HasPrefix(id, "after-") {
 			t.Errorf("send %s, written after the token stopped holding, was stored", id)
 		}
+	}
+}
+
+// TestAttackPingFlood performs attack 10 of issue 7: 10,000 WebSocket control-frame pings
+// as fast as the socket takes them. Each counts against the device's request limit (burst
+// 1,000, then 500/s): pings past it get no pong, and a client that keeps going is closed
+// with 1008.
+func TestAttackPingFlood(t *testing.T) {
+	n := start(t)
+	conn, _, err := n.dialRaw(n.user(t, "mallory"), nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	var pongs atomic.Int64
+	conn.SetPongHandler(func(string) error { pongs.Add(1); return nil })
+	ended := make(chan error, 1)
+	go func() { // gorilla runs the pong handler while reading
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	begin := time.Now()
+	sent := 0
+	for ; sent < 10_000; sent++ {
+		if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(deadline)) != nil {
+			break // the server closed the connection
+		}
+	}
+	elapsed := time.Since(begin)
+	var ce *websocket.CloseError
+	select {
+	case err := <-ended:
+		if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation {
+			t.Fatalf("connection ended with %v, want close code 1008", err)
+		}
+	case <-time.After(deadline):
+		t.Fatalf("connection still open after %d pings", sent)
+	}
+	limit := int64(1000 + 500*elapsed.Seconds() + 1)
+	t.Logf("%d pings sent in %v, %d answered", sent, elapsed, pongs.Load())
+	if got := pongs.Load(); got > limit {
+		t.Fatalf("%d pongs, want at most %d (the request limit)", got, limit)
 	}
 }
