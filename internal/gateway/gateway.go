@@ -46,6 +46,9 @@ type Gateway struct {
 	upgrader    websocket.Upgrader
 	requests    *limiter      // nil when off
 	sends       *limiter      // nil when off
+	fanout      *limiter      // events created per device; nil when off
+	convChanges *limiter      // metadata changes per conversation; nil when off
+	creations   *limiter      // conversations created per user; nil when off
 	upgrades    atomic.Uint64 // WebSocket upgrades so far, to order a device's connections
 
 	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
@@ -88,6 +91,9 @@ func New(o Options) *Gateway {
 		mux:         http.NewServeMux(),
 		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
 		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
+		fanout:      newLimiter(o.Config.FanoutRate, o.Config.FanoutBurst),
+		convChanges: newLimiter(perSecond(o.Config.ConvChangeEvery), o.Config.ConvChangeBurst),
+		creations:   newLimiter(perSecond(o.Config.ConvCreateEvery), o.Config.ConvCreateBurst),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
 	}
@@ -218,20 +224,34 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	}{"ok"})
 }
 
-// allow applies the device's request limit, and its send limit when send is true.
+// allow applies the device's request limit, its send limit when send is true, and its
+// fanout limit: a device whose earlier calls created more events than its budget is refused
+// until the budget has refilled.
 func (g *Gateway) allow(me chat.Identity, send bool) error {
 	now := time.Now()
-	key := me.UserID + "\x00" + me.DeviceID
+	key := deviceKeyString(me)
 	if ok, d := g.requests.allow(key, now); !ok {
-		return &rateLimitError{what: "request", retryAfter: retrySeconds(d)}
+		return &rateLimitError{what: "too many requests from this device", retryAfter: retrySeconds(d)}
 	}
 	if send {
 		if ok, d := g.sends.allow(key, now); !ok {
-			return &rateLimitError{what: "send", retryAfter: retrySeconds(d)}
+			return &rateLimitError{what: "too many sends from this device", retryAfter: retrySeconds(d)}
 		}
+	}
+	if owing, d := g.fanout.owing(key, now); owing {
+		return &rateLimitError{what: "this device's calls created too many events", retryAfter: retrySeconds(d)}
 	}
 	return nil
 }
+
+// chargeFanout weighs the fanout limit by the events the calls made with ctx created (ctx
+// is from chat.WithEventCount).
+func (g *Gateway) chargeFanout(ctx context.Context, me chat.Identity) {
+	g.fanout.charge(deviceKeyString(me), chat.EventsCounted(ctx), time.Now())
+}
+
+// deviceKeyString is the key of a device's buckets.
+func deviceKeyString(me chat.Identity) string { return me.UserID + "\x00" + me.DeviceID }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header.
 func bearerToken(r *http.Request) (string, bool) {

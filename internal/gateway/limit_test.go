@@ -62,3 +62,47 @@ func TestRetrySeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterDebt: charge weighs work already done, even past the burst and into debt;
+// owing refuses until the bucket has refilled past zero.
+func TestLimiterDebt(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(100, 1000) // 100/s, burst 1,000
+	if owing, _ := l.owing("a", now); owing {
+		t.Fatal("a fresh bucket owes")
+	}
+	l.charge("a", 2500, now) // more than the burst at once: 1,500 in debt
+	owing, wait := l.owing("a", now)
+	if !owing || wait != 15*time.Second {
+		t.Fatalf("after overdrawing 1,500 at 100/s: owing=%v wait=%v, want 15s", owing, wait)
+	}
+	if owing, _ := l.owing("b", now); owing {
+		t.Fatal("another key shares the debt")
+	}
+	if owing, _ := l.owing("a", now.Add(15*time.Second)); owing {
+		t.Fatal("still owing once refilled to zero")
+	}
+	l.charge("c", 1_000_000, now)    // 9,990 s of debt
+	l.allow("d", now.Add(time.Hour)) // sweeps a and b, which are full
+	if owing, _ := l.owing("c", now.Add(time.Hour)); !owing || l.size() != 2 {
+		t.Fatalf("a bucket in debt was evicted before it refilled (%d buckets, want c and d)", l.size())
+	}
+}
+
+// TestLimiterRefund: a token taken for a call that changed nothing is given back.
+func TestLimiterRefund(t *testing.T) {
+	now := time.Now()
+	l := newLimiter(0.001, 2)
+	for range 5 {
+		ok, _, refund := l.take("a", now)
+		if !ok {
+			t.Fatal("refunded tokens were not given back")
+		}
+		refund()
+	}
+	l.take("a", now)
+	l.take("a", now)
+	if ok, wait, refund := l.take("a", now); ok || wait <= 0 || refund != nil {
+		t.Fatalf("past the burst: ok=%v wait=%v", ok, wait)
+	}
+}

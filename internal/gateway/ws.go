@@ -389,7 +389,9 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	}
 	var result any
 	if err == nil {
-		result, err = c.dispatch(f.Op, data)
+		ctx := chat.WithEventCount(c.ctx)
+		result, err = c.dispatch(ctx, f.Op, data)
+		c.g.chargeFanout(ctx, c.me)
 	}
 	if err == nil {
 		if out, err = encodeReply(id, result); err == nil {
@@ -404,8 +406,8 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 }
 
 // dispatch runs one op (section 9) and returns its result.
-func (c *wsConn) dispatch(op string, data []byte) (any, error) {
-	svc, ctx, me := c.g.svc, c.ctx, c.me
+func (c *wsConn) dispatch(ctx context.Context, op string, data []byte) (any, error) {
+	svc, me := c.g.svc, c.me
 	switch op {
 	case protocol.OpSend:
 		req, err := decodeSendRequest(data)
