@@ -124,7 +124,7 @@ func TestAttackRenameFanout(t *testing.T) {
 		}
 	}
 	t.Run("fanout limit", func(t *testing.T) {
-		const rate, burst = 500, 2000 // events/s, scaled down so a short test can tell
+		const rate, burst = 250, 1000 // events/s, scaled down so a short test can tell
 		n := start(t, func(c *server.Config) {
 			c.Gateway.FanoutRate, c.Gateway.FanoutBurst = rate, burst
 			c.Gateway.ConvChangeEvery = 0 // the fanout limit alone
@@ -147,13 +147,13 @@ func TestAttackRenameFanout(t *testing.T) {
 		}
 	})
 	t.Run("conversation change limit", func(t *testing.T) {
-		n := start(t) // defaults: 10 changes, then 1 per 6 s
-		owner, convID := bigGroup(t, n, size)
+		n := start(t)                       // defaults: 10 changes, then 1 per 6 s
+		owner, convID := bigGroup(t, n, 50) // the limit does not depend on the size
 		by := newBystander(t, n, "by")
 		base := by.baseline(t)
 		a := startAttack(rename(n, owner, convID))
 		a.limited(t)
-		by.unaffected(t, "renaming a 500-member group", base)
+		by.unaffected(t, "renaming a group", base)
 		a.wantAllowed(t, "renames", 10, 6*time.Second)
 		// The limit is the conversation's: leaving is never refused.
 		n.ok(t, "POST", "/v1/conversations/"+convID+"/members", n.Token(t, "member-0", "d1"), map[string]any{"remove": []string{"member-0"}})
