@@ -56,6 +56,27 @@ func (s *Service) createDirect(ctx context.Context, me Identity, peer string) (p
 	return out, err
 }
 
+// ExistingDirect returns the caller's direct conversation with peer when it exists and is
+// in their list (not deleted): what creating it would answer, without writing. ok is false
+// otherwise. The gateway uses it to answer such a creation even past the creation limit.
+func (s *Service) ExistingDirect(ctx context.Context, me Identity, peer string) (b protocol.ConversationBrief, ok bool, err error) {
+	if !protocol.ValidUserID(peer) || peer == me.UserID {
+		return b, false, nil
+	}
+	err = s.view(ctx, "existing direct", func(tx store.ReadTx) error {
+		c, m, err := loadConvMember(ctx, tx, directID(me.UserID, peer), me.UserID)
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrForbidden) || (err == nil && m.Hidden) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		b, err = brief(ctx, tx, c, m, nil)
+		ok = err == nil
+		return err
+	})
+	return b, ok, err
+}
+
 // reopenDirect answers the creation of an existing direct conversation: the caller gets it,
 // and if they had deleted it, it shows in their list again (they asked for it explicitly).
 func (s *Service) reopenDirect(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, userID string, out *protocol.ConversationBrief) error {

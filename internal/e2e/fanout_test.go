@@ -176,7 +176,11 @@ func TestAttackGroupCreation(t *testing.T) {
 	a.wantAllowed(t, "group creations", 20, 10*time.Second)
 	// The limit is the user's, on every device; another user still creates.
 	n.fail(t, http.StatusTooManyRequests, "POST", "/v1/conversations", n.Token(t, "mallory", "tablet"), map[string]any{"type": "direct", "peer_id": "member"})
-	n.direct(t, n.Token(t, "member", "d1"), "mallory")
+	convID := n.direct(t, n.Token(t, "member", "d1"), "mallory")["conv_id"]
+	// Asking for a direct conversation that exists creates nothing: never refused.
+	if got := n.direct(t, mallory, "member")["conv_id"]; got != convID {
+		t.Fatalf("mallory's direct conversation with member is %v, want %v", got, convID)
+	}
 }
 
 // TestConvChangeLimitCountsChanges: only real changes spend a conversation's change budget

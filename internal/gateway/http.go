@@ -182,6 +182,12 @@ func (g *Gateway) createConversation(r *http.Request, body []byte, me chat.Ident
 		c, err = g.svc.CreateConversation(r.Context(), me, req)
 		return err
 	})
+	if statusOf(err) == http.StatusTooManyRequests && req.Type == protocol.TypeDirect {
+		// Asking for a direct conversation that exists creates nothing: never refused.
+		if b, ok, xerr := g.svc.ExistingDirect(r.Context(), me, req.PeerID); ok || xerr != nil {
+			return http.StatusOK, b, xerr
+		}
+	}
 	return http.StatusOK, c, err
 }
 
