@@ -409,6 +409,7 @@ export class ParleyClient extends EventTarget {
         if (this._gapClose) return reject(new ParleyError('gap', 'cursor gap'));
         if (e.code === 4001) return reject(new ParleyError('replaced', 'another connection of this device took over'));
         if (e.code === 4003) return reject(new ParleyError(401, 'revoked'));
+        if (e.code === 4004) return reject(new ParleyError(401, 'token expired'));
         if (opened) return resolve();
         // The upgrade failed. A browser does not say why, so ask over HTTP: a 401 or a bad
         // cursor shows there; if HTTP works and WebSocket keeps failing, fall back to long-poll.
