@@ -207,3 +207,24 @@ func TestConvChangeLimitCountsChanges(t *testing.T) {
 		t.Fatalf("Retry-After %q, want 1..6", r.header.Get("Retry-After"))
 	}
 }
+
+// TestFanoutLimitOnWebSocket: send frames into a group are weighed by their events too; once
+// the device's events bucket is in debt, the next frame gets a 429 reply with retry_after
+// and the connection stays open.
+func TestFanoutLimitOnWebSocket(t *testing.T) {
+	n := start(t, func(c *server.Config) { c.Gateway.FanoutRate, c.Gateway.FanoutBurst = 10, 50 })
+	owner, convID := bigGroup(t, n, 20) // 20 events per send; the creation took 20 of 50
+	ws := n.dial(t, owner, -1)
+	for i := range 2 { // 20 events each: the second overdraws the bucket to -10
+		if r := ws.do("send", textMessage(convID, fmt.Sprint(i))); num(r["code"]) != 0 {
+			t.Fatalf("send %d: %s", i, show(r))
+		}
+	}
+	r := ws.do("send", textMessage(convID, "refused"))
+	wantFields(t, "send while in debt", r, map[string]any{"code": 429})
+	if s := num(r["retry_after"]); s < 1 || s > 2 {
+		t.Fatalf("retry_after %d, want 1..2 (10 events owed at 10/s)", s)
+	}
+	// Any frame is refused while in debt, and the connection stays open.
+	wantFields(t, "ping while in debt", ws.do("ping", nil), map[string]any{"code": 429})
+}
