@@ -39,13 +39,20 @@ func TestAttackSignatureVariants(t *testing.T) {
 // slowly, in the middle of a long catch-up, keeps sending after their tokens were revoked.
 // No send written after the revoke may be stored, and the socket closes with 4003 without
 // finishing the catch-up.
+// A client that sends nothing after the revoke is cut short too: the catch-up notices the
+// revoke between pushes.
 func TestAttackRevokedSlowReader(t *testing.T) {
-	n := start(t)
-	a := newSlowReaderAttack(t, n, n.user(t, "mallory"))
-	a.sendFrames(t, "before", 5)
-	n.ok(t, "POST", "/v1/admin/users/mallory/revoke", n.AdminSecret, nil)
-	a.sendFrames(t, "after", 10)
-	a.wantClosed(t, closeRevoked)
+	for _, after := range []int{10, 0} {
+		t.Run(fmt.Sprintf("%d frames after the revoke", after), func(t *testing.T) {
+			n := start(t)
+			a := newSlowReaderAttack(t, n, n.user(t, "mallory"))
+			a.sendFrames(t, "before", 5)
+			a.settled(t, 5)
+			n.ok(t, "POST", "/v1/admin/users/mallory/revoke", n.AdminSecret, nil)
+			a.sendFrames(t, "after", after)
+			a.wantClosed(t, closeRevoked)
+		})
+	}
 }
 
 // TestAttackExpiredSlowReader is TestAttackRevokedSlowReader for a token that expires
@@ -61,6 +68,7 @@ func TestAttackExpiredSlowReader(t *testing.T) {
 	n.MustDo(t, "POST", "/v1/admin/tokens", n.AdminSecret, map[string]any{"user_id": "mallory", "device_id": "d1", "ttl_seconds": 60}, &tok)
 	a := newSlowReaderAttack(t, n, tok.Token)
 	a.sendFrames(t, "before", 5)
+	a.settled(t, 5)
 	clk.advance(61 * time.Second)
 	a.sendFrames(t, "after", 10)
 	a.wantClosed(t, closeExpired)
@@ -137,6 +145,20 @@ func (a *slowReaderAttack) sendFrames(t *testing.T, prefix string, count int) {
 	}
 }
 
+// settled waits until the server has stored the first count frames and the catch-up has
+// begun pushing: whatever ends the connection afterwards is the revoke or the expiry, met
+// by the reader (at the next frame) or the writer (at the next push), not a frame that
+// happened to be read after it.
+func (a *slowReaderAttack) settled(t *testing.T, count int) {
+	t.Helper()
+	eventually(t, "the frames sent before to be stored", func() bool {
+		return len(a.n.history(t, a.alice, a.convID, historyMessages)) == count
+	})
+	eventually(t, "the catch-up to push", func() bool {
+		return a.n.metric(t, "parley_events_pushed_total") > 0
+	})
+}
+
 // wantClosed reads the socket until it closes and checks the close code, that the
 // catch-up was cut short, and that no "after-" send was stored once the server has
 // finished with the connection.
@@ -155,6 +177,7 @@ func (a *slowReaderAttack) wantClosed(t *testing.T, code int) {
 	if !errors.As(err, &ce) || ce.Code != code {
 		t.Fatalf("connection ended with %v, want close code %d", err, code)
 	}
+	t.Logf("the catch-up pushed %d of %d events before the close", pushed, a.events)
 	if pushed >= a.events {
 		t.Errorf("the catch-up pushed all %d events before the close, want it cut short", pushed)
 	}
