@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func bigGroup(t *testing.T, n *node, size int) (owner, convID string) {
 	return owner, n.group(t, owner, "big", false, members...)["conv_id"].(string)
 }
 
-// attackLoop runs call in a loop on its own goroutine until stop is called, counting the
+// attackLoop runs call in a loop on workers goroutines until stop is called, counting the
 // answers by status. A 429 must carry Retry-After and the {"code","error"} body.
 type attackLoop struct {
 	mu       sync.Mutex // guards statuses and bad
@@ -36,21 +37,28 @@ type attackLoop struct {
 	elapsed  time.Duration // set before done is closed
 }
 
-func startAttack(call func(i int) (response, error)) *attackLoop {
+func startAttack(workers int, call func(i int) (response, error)) *attackLoop {
 	a := &attackLoop{statuses: map[int]int{}, refused: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{})}
+	var calls atomic.Int64
 	go func() {
 		defer close(a.done)
 		begin := time.Now()
 		defer func() { a.elapsed = time.Since(begin) }()
-		for i := 0; ; i++ {
-			select {
-			case <-a.stopped:
-				return
-			default:
-			}
-			r, err := call(i)
-			a.record(r, err)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for {
+					select {
+					case <-a.stopped:
+						return
+					default:
+					}
+					r, err := call(int(calls.Add(1)))
+					a.record(r, err)
+				}
+			})
 		}
+		wg.Wait()
 	}()
 	return a
 }
@@ -123,35 +131,39 @@ func TestAttackRenameFanout(t *testing.T) {
 			return n.request("PATCH", "/v1/conversations/"+convID, owner, map[string]any{"name": fmt.Sprintf("name-%d", i)})
 		}
 	}
-	t.Run("fanout limit", func(t *testing.T) {
-		const rate, burst = 250, 1000 // events/s, scaled down so a short test can tell
-		n := start(t, func(c *server.Config) {
-			c.Gateway.FanoutRate, c.Gateway.FanoutBurst = rate, burst
-			c.Gateway.ConvChangeEvery = 0 // the fanout limit alone
+	// Calls of one device side by side must not all be admitted before any is weighed.
+	for _, workers := range []int{1, 8} {
+		t.Run(fmt.Sprintf("fanout limit, %d at a time", workers), func(t *testing.T) {
+			const rate, burst = 250, 1000 // events/s, scaled down so a short test can tell
+			n := start(t, func(c *server.Config) {
+				c.Gateway.FanoutRate, c.Gateway.FanoutBurst = rate, burst
+				c.Gateway.ConvChangeEvery = 0 // the fanout limit alone
+			})
+			owner, convID := bigGroup(t, n, size)
+			by := newBystander(t, n, "by")
+			base := by.baseline(t)
+			before := n.metric(t, "parley_events_committed_total")
+			sentBefore := by.sent.Load()
+			a := startAttack(workers, rename(n, owner, convID))
+			a.limited(t)
+			by.unaffected(t, "renaming a 500-member group", base)
+			a.stop(t)
+			events := n.metric(t, "parley_events_committed_total") - before - 2*float64(by.sent.Load()-sentBefore)
+			// The budget: the burst, the refill, and the overdraw of the one call admitted
+			// while the bucket was not yet in debt. The group's creation (size events) came
+			// first.
+			budget := burst + rate*a.elapsed.Seconds() + size
+			if events > budget {
+				t.Errorf("the renames created %.0f events in %v, want at most %.0f", events, a.elapsed, budget)
+			}
 		})
-		owner, convID := bigGroup(t, n, size)
-		by := newBystander(t, n, "by")
-		base := by.baseline(t)
-		before := n.metric(t, "parley_events_committed_total")
-		sentBefore := by.sent.Load()
-		a := startAttack(rename(n, owner, convID))
-		a.limited(t)
-		by.unaffected(t, "renaming a 500-member group", base)
-		a.stop(t)
-		events := n.metric(t, "parley_events_committed_total") - before - 2*float64(by.sent.Load()-sentBefore)
-		// The budget: the burst, the refill, and the overdraw of the one call admitted while
-		// the bucket was not yet in debt. The group's creation (size events) came first.
-		budget := burst + rate*a.elapsed.Seconds() + size
-		if events > budget {
-			t.Errorf("the renames created %.0f events in %v, want at most %.0f", events, a.elapsed, budget)
-		}
-	})
+	}
 	t.Run("conversation change limit", func(t *testing.T) {
 		n := start(t)                       // defaults: 10 changes, then 1 per 6 s
 		owner, convID := bigGroup(t, n, 50) // the limit does not depend on the size
 		by := newBystander(t, n, "by")
 		base := by.baseline(t)
-		a := startAttack(rename(n, owner, convID))
+		a := startAttack(1, rename(n, owner, convID))
 		a.limited(t)
 		by.unaffected(t, "renaming a group", base)
 		a.wantAllowed(t, "renames", 10, 6*time.Second)
@@ -168,7 +180,7 @@ func TestAttackGroupCreation(t *testing.T) {
 	mallory := n.user(t, "mallory")
 	by := newBystander(t, n, "by")
 	base := by.baseline(t)
-	a := startAttack(func(int) (response, error) {
+	a := startAttack(1, func(int) (response, error) {
 		return n.request("POST", "/v1/conversations", mallory, map[string]any{"type": "group", "name": "spam", "members": []string{"member"}})
 	})
 	a.limited(t)

@@ -35,8 +35,9 @@ type Config struct {
 	// FanoutRate and FanoutBurst limit the sync events a device's calls create (per second,
 	// token bucket): a send to a group of 500 is 500 events, a direct send 2. The limit is
 	// weighed after the fact: the call that creates the events may overdraw the bucket, and
-	// the device's next calls get 429 until it has refilled past zero. FanoutRate 0 turns the
-	// limit off. Default 2,000/s, burst 10,000.
+	// the device's next calls get 429 until it has refilled past zero. While it is on, a
+	// device's writing calls run one at a time, so that each is weighed before the next is
+	// admitted. FanoutRate 0 turns the limit off. Default 2,000/s, burst 10,000.
 	FanoutRate  float64
 	FanoutBurst int
 	// ConvChangeEvery and ConvChangeBurst bound the metadata changes of one conversation

@@ -47,6 +47,7 @@ type Gateway struct {
 	requests    *limiter      // nil when off
 	sends       *limiter      // nil when off
 	fanout      *limiter      // events created per device; nil when off
+	fanoutTurns *turns        // one weighed call at a time per device; nil when fanout is off
 	convChanges *limiter      // metadata changes per conversation; nil when off
 	creations   *limiter      // conversations created per user; nil when off
 	upgrades    atomic.Uint64 // WebSocket upgrades so far, to order a device's connections
@@ -96,6 +97,9 @@ func New(o Options) *Gateway {
 		creations:   newLimiter(perSecond(o.Config.ConvCreateEvery), o.Config.ConvCreateBurst),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
+	}
+	if g.fanout != nil {
+		g.fanoutTurns = newTurns()
 	}
 	g.drainCtx, g.drain = context.WithCancel(context.Background())
 	g.upgrader = newUpgrader(g)
@@ -224,9 +228,7 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	}{"ok"})
 }
 
-// allow applies the device's request limit, its send limit when send is true, and its
-// fanout limit: a device whose earlier calls created more events than its budget is refused
-// until the budget has refilled.
+// allow applies the device's request limit, and its send limit when send is true.
 func (g *Gateway) allow(me chat.Identity, send bool) error {
 	now := time.Now()
 	key := deviceKeyString(me)
@@ -238,16 +240,29 @@ func (g *Gateway) allow(me chat.Identity, send bool) error {
 			return &rateLimitError{what: "too many sends from this device", retryAfter: retrySeconds(d)}
 		}
 	}
-	if owing, d := g.fanout.owing(key, now); owing {
-		return &rateLimitError{what: "this device's calls created too many events", retryAfter: retrySeconds(d)}
-	}
 	return nil
 }
 
-// chargeFanout weighs the fanout limit by the events the calls made with ctx created (ctx
-// is from chat.WithEventCount).
-func (g *Gateway) chargeFanout(ctx context.Context, me chat.Identity) {
-	g.fanout.charge(deviceKeyString(me), chat.EventsCounted(ctx), time.Now())
+// weighed runs call under the device's fanout limit, with a context that counts the events
+// call creates (chat.WithEventCount), and charges them to the device afterwards. A device
+// whose bucket is in debt is refused (429) until it has refilled. Calls that may write
+// (writes) run one at a time per device: side by side, they would all be admitted before
+// any was charged, and the limit would bound only sequential callers.
+func (g *Gateway) weighed(ctx context.Context, me chat.Identity, writes bool, call func(context.Context) error) error {
+	key := deviceKeyString(me)
+	if writes {
+		leave, err := g.fanoutTurns.enter(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer leave()
+	}
+	if owing, d := g.fanout.owing(key, time.Now()); owing {
+		return &rateLimitError{what: "this device's calls created too many events", retryAfter: retrySeconds(d)}
+	}
+	ctx = chat.WithEventCount(ctx)
+	defer func() { g.fanout.charge(key, chat.EventsCounted(ctx), time.Now()) }()
+	return call(ctx)
 }
 
 // deviceKeyString is the key of a device's buckets.

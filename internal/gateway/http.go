@@ -46,9 +46,13 @@ func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 			if err != nil {
 				return 0, nil, err
 			}
-			r = r.WithContext(chat.WithEventCount(r.Context()))
-			defer g.chargeFanout(r.Context(), me)
-			return h(r, body, me)
+			var status int
+			var out any
+			err = g.weighed(r.Context(), me, r.Method != http.MethodGet, func(ctx context.Context) (err error) {
+				status, out, err = h(r.WithContext(ctx), body, me)
+				return err
+			})
+			return status, out, err
 		}()
 		g.reply(w, r, status, out, err)
 	})

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"math"
 	"sync"
 	"time"
@@ -135,4 +136,46 @@ func retrySeconds(d time.Duration) int {
 		return 1
 	}
 	return max(1, int(math.Ceil(min(d, 24*time.Hour).Seconds())))
+}
+
+// turns lets the calls of each key (a device) run one at a time. A nil *turns lets all run.
+type turns struct {
+	mu   sync.Mutex // guards keys
+	keys map[string]*turn
+}
+
+type turn struct {
+	token chan struct{} // holds one value while a call runs
+	users int           // calls running or waiting; guarded by turns.mu
+}
+
+func newTurns() *turns { return &turns{keys: make(map[string]*turn)} }
+
+// enter waits for key's turn, or for ctx to end (its error). leave ends the turn.
+func (t *turns) enter(ctx context.Context, key string) (leave func(), err error) {
+	if t == nil {
+		return func() {}, nil
+	}
+	t.mu.Lock()
+	k := t.keys[key]
+	if k == nil {
+		k = &turn{token: make(chan struct{}, 1)}
+		t.keys[key] = k
+	}
+	k.users++
+	t.mu.Unlock()
+	release := func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if k.users--; k.users == 0 {
+			delete(t.keys, key)
+		}
+	}
+	select {
+	case k.token <- struct{}{}:
+		return func() { <-k.token; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -104,5 +106,47 @@ func TestLimiterRefund(t *testing.T) {
 	l.take("a", now)
 	if ok, wait, refund := l.take("a", now); ok || wait <= 0 || refund != nil {
 		t.Fatalf("past the burst: ok=%v wait=%v", ok, wait)
+	}
+}
+
+// TestTurns: calls of one key run one at a time, other keys do not wait, a waiter gives up
+// with its context, and keys are forgotten once no call holds or waits for them.
+func TestTurns(t *testing.T) {
+	tu := newTurns()
+	ctx := context.Background()
+	leave, err := tu.enter(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaveB, err := tu.enter(ctx, "b")
+	if err != nil {
+		t.Fatal("another key waited")
+	}
+	leaveB()
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := tu.enter(short, "a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a second call of a ran beside the first (err %v)", err)
+	}
+	entered := make(chan func())
+	go func() {
+		l, _ := tu.enter(ctx, "a")
+		entered <- l
+	}()
+	leave()
+	select {
+	case l := <-entered:
+		l()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call never got its turn")
+	}
+	tu.mu.Lock()
+	defer tu.mu.Unlock()
+	if len(tu.keys) != 0 {
+		t.Fatalf("%d keys kept after every call left", len(tu.keys))
+	}
+	var off *turns
+	if _, err := off.enter(short, "a"); err != nil {
+		t.Fatal("a nil turns made a call wait")
 	}
 }

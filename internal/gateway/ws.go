@@ -389,9 +389,10 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	}
 	var result any
 	if err == nil {
-		ctx := chat.WithEventCount(c.ctx)
-		result, err = c.dispatch(ctx, f.Op, data)
-		c.g.chargeFanout(ctx, c.me)
+		err = c.g.weighed(c.ctx, c.me, true, func(ctx context.Context) (err error) {
+			result, err = c.dispatch(ctx, f.Op, data)
+			return err
+		})
 	}
 	if err == nil {
 		if out, err = encodeReply(id, result); err == nil {
