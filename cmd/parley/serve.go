@@ -56,6 +56,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&n.Gateway.SendBurst, "send-burst", n.Gateway.SendBurst, "burst of the send rate limit")
 	fs.Float64Var(&n.Gateway.RequestRate, "request-rate", n.Gateway.RequestRate, "requests per second per device (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.RequestBurst, "request-burst", n.Gateway.RequestBurst, "burst of the request rate limit")
+	fs.Float64Var(&n.Gateway.FanoutRate, "fanout-rate", n.Gateway.FanoutRate, "sync events per second a device's calls may create, a group send counting one per member (0 turns the limit off)")
+	fs.IntVar(&n.Gateway.FanoutBurst, "fanout-burst", n.Gateway.FanoutBurst, "burst of the fanout rate limit")
+	fs.DurationVar(&n.Gateway.ConvChangeEvery, "conv-change-every", n.Gateway.ConvChangeEvery, "after the burst, one rename or member change per conversation per this interval (0 turns the limit off)")
+	fs.IntVar(&n.Gateway.ConvChangeBurst, "conv-change-burst", n.Gateway.ConvChangeBurst, "burst of the per-conversation change limit")
+	fs.DurationVar(&n.Gateway.ConvCreateEvery, "conv-create-every", n.Gateway.ConvCreateEvery, "after the burst, one new conversation per user per this interval (0 turns the limit off)")
+	fs.IntVar(&n.Gateway.ConvCreateBurst, "conv-create-burst", n.Gateway.ConvCreateBurst, "burst of the per-user conversation creation limit")
 	fs.BoolVar(&n.Gateway.DevLogin, "dev-login", false, "let the web client sign in by user and device name alone (development; loopback --addr only)")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err

@@ -33,7 +33,7 @@ func TestTokenRoundTripAndRejections(t *testing.T) {
 		"garbage":         {"v1.!!!.???", 1000, ErrMalformed},
 		"empty":           {"", 1000, ErrMalformed},
 		"admin secret":    {"0123abcd", 1000, ErrMalformed},
-		"truncated sig":   {tok[:len(tok)-4], 1000, ErrForged},
+		"truncated sig":   {tok[:len(tok)-4], 1000, ErrMalformed}, // its last character keeps set unused bits
 		"oversized token": {"v1." + strings.Repeat("a", 2000) + ".b", 1000, ErrMalformed},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -72,5 +72,33 @@ func TestLoadOrCreateSecret(t *testing.T) {
 	}
 	if _, _, err := LoadOrCreateSecret(dir, "empty"); err == nil {
 		t.Fatal("an empty secret file was accepted")
+	}
+}
+
+// TestSignatureNotMalleable: the last base64 character of the 32-byte signature carries 4
+// unused bits, so without strict decoding four spellings of one token verify. Every
+// spelling but the minted one must be refused.
+func TestSignatureNotMalleable(t *testing.T) {
+	s := NewSigner([]byte("k1k1k1k1k1k1k1k1k1k1k1k1k1k1k1k1"))
+	tok := s.Mint(Claims{UserID: "alice", DeviceID: "phone", ExpiresAt: 2000})
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, tok[len(tok)-1])
+	variants := 0
+	for i := last &^ 3; i < last&^3+4; i++ { // the characters that differ only in unused bits
+		variant := tok[:len(tok)-1] + alphabet[i:i+1]
+		_, err := s.Parse(variant, 1000)
+		if variant == tok {
+			if err != nil {
+				t.Fatalf("the minted token: %v", err)
+			}
+			continue
+		}
+		variants++
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("variant %q: Parse error = %v, want %v", variant[len(variant)-3:], err, ErrMalformed)
+		}
+	}
+	if variants != 3 {
+		t.Fatalf("checked %d variants, want 3", variants)
 	}
 }

@@ -49,6 +49,9 @@ func startNode(t *testing.T) *parleytest.Server {
 	return parleytest.Start(t, func(c *server.Config) {
 		c.Gateway.SendRate = 0
 		c.Gateway.RequestRate = 0
+		c.Gateway.FanoutRate = 0
+		c.Gateway.ConvChangeEvery = 0
+		c.Gateway.ConvCreateEvery = 0
 	})
 }
 

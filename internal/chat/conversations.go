@@ -66,6 +66,33 @@ func findDirect(ctx context.Context, tx store.ReadTx, id, legacyID string) (stor
 	return c, err
 }
 
+// ExistingDirect returns the caller's direct conversation with peer when it exists and is
+// in their list (not deleted): what creating it would answer, without writing. ok is false
+// otherwise. The gateway uses it to answer such a creation even past the creation limit.
+func (s *Service) ExistingDirect(ctx context.Context, me Identity, peer string) (b protocol.ConversationBrief, ok bool, err error) {
+	if !protocol.ValidUserID(peer) || peer == me.UserID {
+		return b, false, nil
+	}
+	err = s.view(ctx, "existing direct", func(tx store.ReadTx) error {
+		c, err := findDirect(ctx, tx, directID(s.dirKey, me.UserID, peer), legacyDirectID(me.UserID, peer))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		m, err := loadMember(ctx, tx, c.ID, me.UserID)
+		if errors.Is(err, ErrNotFound) || (err == nil && m.Hidden) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		b, err = brief(ctx, tx, c, m, nil)
+		ok = err == nil
+		return err
+	})
+	return b, ok, err
+}
+
 // reopenDirect answers the creation of an existing direct conversation: the caller gets it,
 // and if they had deleted it, it shows in their list again (they asked for it explicitly).
 func (s *Service) reopenDirect(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, userID string, out *protocol.ConversationBrief) error {

@@ -744,3 +744,84 @@ func TestHealthReportsWriteFailureUntilRoom(t *testing.T) {
 		}
 	}
 }
+
+// TestSessions: a session re-checks cheaply what Authenticate checks, and says which of
+// revocation and expiry ended it.
+func TestSessions(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tok, err := e.svc.IssueToken(ctx, "alice", "laptop", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := e.svc.OpenSession(ctx, tok.Token)
+	if err != nil || sess.Identity != (chat.Identity{UserID: "alice", DeviceID: "laptop"}) {
+		t.Fatalf("OpenSession = %+v, %v", sess, err)
+	}
+	if left, err := e.svc.CheckSession(ctx, sess); err != nil || left != time.Hour {
+		t.Fatalf("CheckSession = %v, %v; want 1h left", left, err)
+	}
+	e.clock.Advance(time.Hour)
+	_, err = e.svc.CheckSession(ctx, sess)
+	wantErr(t, err, chat.ErrUnauthorized)
+	if !errors.Is(err, auth.ErrExpired) {
+		t.Fatalf("expired session: %v, want auth.ErrExpired", err)
+	}
+	fresh, _ := e.svc.IssueToken(ctx, "alice", "laptop", 0)
+	sess, _ = e.svc.OpenSession(ctx, fresh.Token)
+	if err := e.svc.RevokeTokens(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.CheckSession(ctx, sess)
+	wantErr(t, err, chat.ErrUnauthorized)
+	if !errors.Is(err, auth.ErrRevoked) {
+		t.Fatalf("revoked session: %v, want auth.ErrRevoked", err)
+	}
+}
+
+// TestEventCount: a context from WithEventCount counts the events its calls committed.
+func TestEventCount(t *testing.T) {
+	e := newEnv(t)
+	ctx := chat.WithEventCount(context.Background())
+	conv := e.direct(t, "alice", "bob")
+	if _, err := e.svc.Send(ctx, me("alice"), protocol.SendRequest{ConvID: conv, ClientMsgID: "c1", ContentType: 1, Content: json.RawMessage(`"hi"`)}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.svc.CreateConversation(ctx, me("alice"), protocol.CreateConversationRequest{Type: protocol.TypeGroup, Members: []string{"bob", "carol"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Rename(ctx, me("alice"), g.ConvID, g.Name); err != nil { // no change, no event
+		t.Fatal(err)
+	}
+	if got := chat.EventsCounted(ctx); got != 2+3 {
+		t.Fatalf("EventsCounted = %d, want 5 (a direct send, a group of 3 created)", got)
+	}
+	if got := chat.EventsCounted(context.Background()); got != 0 {
+		t.Fatalf("EventsCounted of a plain context = %d", got)
+	}
+}
+
+// BenchmarkCheckSession measures the check a WebSocket runs before every frame.
+func BenchmarkCheckSession(b *testing.B) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Options{Dir: b.TempDir(), Relaxed: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	svc := chat.New(chat.Options{Store: st, Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")), Config: chat.DefaultConfig()})
+	if _, _, err := svc.CreateUser(ctx, "alice", ""); err != nil {
+		b.Fatal(err)
+	}
+	tok, _ := svc.IssueToken(ctx, "alice", "phone", 0)
+	sess, err := svc.OpenSession(ctx, tok.Token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := svc.CheckSession(ctx, sess); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

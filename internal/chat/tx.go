@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
@@ -93,7 +94,28 @@ func (s *Service) update(ctx context.Context, op string, fn func(tx store.Tx, ob
 	}
 	s.writeSucceeded()
 	s.publish(&ob)
+	if n, ok := ctx.Value(eventCountKey{}).(*atomic.Int64); ok {
+		n.Add(int64(ob.count()))
+	}
 	return nil
+}
+
+type eventCountKey struct{}
+
+// WithEventCount returns a context under which the Service counts the sync events that the
+// calls made with it committed; EventsCounted reads the count. The gateway weighs its rate
+// limits by it: one rename of a large group is hundreds of events, a direct send two.
+func WithEventCount(ctx context.Context) context.Context {
+	return context.WithValue(ctx, eventCountKey{}, new(atomic.Int64))
+}
+
+// EventsCounted returns the events committed so far by calls made with ctx, a context from
+// WithEventCount (0 for any other).
+func EventsCounted(ctx context.Context) int {
+	if n, ok := ctx.Value(eventCountKey{}).(*atomic.Int64); ok {
+		return int(n.Load())
+	}
+	return 0
 }
 
 // writeFailed records a store write failure for Healthy.

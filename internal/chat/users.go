@@ -75,26 +75,56 @@ func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
 	return actual.(int64), nil
 }
 
+// Session is a verified token: the caller, and what CheckSession re-verifies while a
+// long-lived connection acts on the token (its generation and expiry).
+type Session struct {
+	Identity
+	ExpiresAt time.Time
+	gen       int64
+}
+
 // Authenticate verifies a user token: ErrUnauthorized when missing, malformed, forged,
 // expired or revoked.
 func (s *Service) Authenticate(ctx context.Context, token string) (Identity, error) {
+	sess, err := s.OpenSession(ctx, token)
+	return sess.Identity, err
+}
+
+// OpenSession is Authenticate for a caller that keeps acting on the token (a WebSocket):
+// the Session it returns is re-verified by CheckSession without parsing the token again.
+func (s *Service) OpenSession(ctx context.Context, token string) (Session, error) {
 	if token == "" {
-		return Identity{}, fmt.Errorf("%w: missing token", ErrUnauthorized)
+		return Session{}, fmt.Errorf("%w: missing token", ErrUnauthorized)
 	}
 	c, err := s.signer.Parse(token, s.nowMS())
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
-	gen, err := s.tokenGen(ctx, c.UserID)
+	sess := Session{Identity: Identity{UserID: c.UserID, DeviceID: c.DeviceID}, ExpiresAt: time.UnixMilli(c.ExpiresAt), gen: c.Gen}
+	if _, err := s.CheckSession(ctx, sess); err != nil {
+		return Session{}, err
+	}
+	return sess, nil
+}
+
+// CheckSession reports whether sess still holds, and for how long at most: ErrUnauthorized
+// wrapping auth.ErrExpired once it expired, or auth.ErrRevoked once the user's tokens were
+// revoked. It reads the cached generation, so it is cheap enough to run before every frame.
+func (s *Service) CheckSession(ctx context.Context, sess Session) (time.Duration, error) {
+	left := sess.ExpiresAt.Sub(s.now())
+	if left <= 0 {
+		return 0, fmt.Errorf("%w: %w", ErrUnauthorized, auth.ErrExpired)
+	}
+	gen, err := s.tokenGen(ctx, sess.UserID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Identity{}, fmt.Errorf("%w: unknown user", ErrUnauthorized)
+		return 0, fmt.Errorf("%w: unknown user", ErrUnauthorized)
 	case err != nil:
-		return Identity{}, err
-	case gen != c.Gen:
-		return Identity{}, fmt.Errorf("%w: token revoked", ErrUnauthorized)
+		return 0, err
+	case gen != sess.gen:
+		return 0, fmt.Errorf("%w: %w", ErrUnauthorized, auth.ErrRevoked)
 	}
-	return Identity{UserID: c.UserID, DeviceID: c.DeviceID}, nil
+	return left, nil
 }
 
 // RevokeTokens invalidates every token of userID issued so far and ends the user's hub

@@ -42,6 +42,26 @@ type Config struct {
 	// burst 1000.
 	RequestRate  float64
 	RequestBurst int
+	// FanoutRate and FanoutBurst limit the sync events a device's calls create (per second,
+	// token bucket): a send to a group of 500 is 500 events, a direct send 2. The limit is
+	// weighed after the fact: the call that creates the events may overdraw the bucket, and
+	// the device's next calls get 429 until it has refilled past zero. While it is on, a
+	// device's writing calls run one at a time, so that each is weighed before the next is
+	// admitted. FanoutRate 0 turns the limit off. Default 2,000/s, burst 10,000.
+	FanoutRate  float64
+	FanoutBurst int
+	// ConvChangeEvery and ConvChangeBurst bound the metadata changes of one conversation
+	// (renames and member changes, by anyone): ConvChangeBurst of them, then one per
+	// ConvChangeEvery. A member leaving is never refused. ConvChangeEvery 0 turns the limit
+	// off. Default a burst of 10, then one per 6 s.
+	ConvChangeEvery time.Duration
+	ConvChangeBurst int
+	// ConvCreateEvery and ConvCreateBurst bound the conversations one user creates, on all
+	// their devices: ConvCreateBurst, then one per ConvCreateEvery. Asking for a direct
+	// conversation that already exists does not count. ConvCreateEvery 0 turns the limit off.
+	// Default a burst of 20, then one per 10 s.
+	ConvCreateEvery time.Duration
+	ConvCreateBurst int
 	// DevLogin enables POST /v1/dev/login, which signs a browser in by user and device name
 	// alone (creating the user if needed). For development on a loopback address only:
 	// cmd/parley refuses it on any other address, and the endpoint answers only requests of
@@ -64,6 +84,12 @@ func DefaultConfig() Config {
 		SendBurst:         200,
 		RequestRate:       500,
 		RequestBurst:      1000,
+		FanoutRate:        2000,
+		FanoutBurst:       10000,
+		ConvChangeEvery:   6 * time.Second,
+		ConvChangeBurst:   10,
+		ConvCreateEvery:   10 * time.Second,
+		ConvCreateBurst:   20,
 	}
 }
 
@@ -91,7 +117,10 @@ func (c Config) Validate() error {
 	if c.LongPollsPerUser < 1 {
 		errs = append(errs, errors.New("long-polls per user must be at least 1"))
 	}
-	errs = append(errs, validRate("send", c.SendRate, c.SendBurst), validRate("request", c.RequestRate, c.RequestBurst))
+	errs = append(errs, validRate("send", c.SendRate, c.SendBurst), validRate("request", c.RequestRate, c.RequestBurst),
+		validRate("fanout", c.FanoutRate, c.FanoutBurst),
+		validEvery("conversation change", c.ConvChangeEvery, c.ConvChangeBurst),
+		validEvery("conversation creation", c.ConvCreateEvery, c.ConvCreateBurst))
 	return errors.Join(errs...)
 }
 
@@ -103,4 +132,22 @@ func validRate(name string, r float64, burst int) error {
 		return fmt.Errorf("%s burst must be at least 1 when the %s rate is on", name, name)
 	}
 	return nil
+}
+
+func validEvery(name string, every time.Duration, burst int) error {
+	switch {
+	case every < 0:
+		return fmt.Errorf("%s interval must be 0 (off) or positive", name)
+	case every > 0 && burst < 1:
+		return fmt.Errorf("%s burst must be at least 1 when the %s limit is on", name, name)
+	}
+	return nil
+}
+
+// perSecond turns "one per every" into a rate for newLimiter (0, off, for 0).
+func perSecond(every time.Duration) float64 {
+	if every <= 0 {
+		return 0
+	}
+	return 1 / every.Seconds()
 }

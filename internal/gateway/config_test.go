@@ -26,6 +26,14 @@ func TestConfigValidate(t *testing.T) {
 		{"negative rate", func(c *Config) { c.SendRate = -1 }, false},
 		{"NaN rate", func(c *Config) { c.RequestRate = math.NaN() }, false},
 		{"rate without burst", func(c *Config) { c.SendBurst = 0 }, false},
+		{"fanout without burst", func(c *Config) { c.FanoutBurst = 0 }, false},
+		{"fanout off", func(c *Config) { c.FanoutRate, c.FanoutBurst = 0, 0 }, true},
+		{"negative change interval", func(c *Config) { c.ConvChangeEvery = -time.Second }, false},
+		{"change limit without burst", func(c *Config) { c.ConvChangeBurst = 0 }, false},
+		{"creation limit without burst", func(c *Config) { c.ConvCreateBurst = 0 }, false},
+		{"conversation limits off", func(c *Config) {
+			c.ConvChangeEvery, c.ConvCreateEvery, c.ConvChangeBurst, c.ConvCreateBurst = 0, 0, 0, 0
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

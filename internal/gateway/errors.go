@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,13 +20,12 @@ func (e *statusError) Error() string { return e.msg }
 
 // rateLimitError answers 429; retryAfter is how long until the request would be allowed.
 type rateLimitError struct {
-	what       string // "request", "send" or "waiting long-poll"
-	who        string // whose limit it is; "" means "this device"
+	what       string // which limit, as a phrase: "too many sends from this device"
 	retryAfter int    // whole seconds, at least 1
 }
 
 func (e *rateLimitError) Error() string {
-	return fmt.Sprintf("rate limited: too many %ss from %s, retry after %d s", e.what, cmp.Or(e.who, "this device"), e.retryAfter)
+	return fmt.Sprintf("rate limited: %s, retry after %d s", e.what, e.retryAfter)
 }
 
 // Errors of the gateway that map through the table below.

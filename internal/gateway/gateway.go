@@ -44,9 +44,14 @@ type Gateway struct {
 	met         *metrics.Metrics
 	mux         *http.ServeMux
 	upgrader    websocket.Upgrader
-	requests    *limiter // nil when off
-	sends       *limiter // nil when off
-	polls       *longPolls
+	requests    *limiter      // nil when off
+	sends       *limiter      // nil when off
+	polls       *longPolls    // waiting long-polls per device and user
+	fanout      *limiter      // events created per device; nil when off
+	fanoutTurns *turns        // one weighed call at a time per device; nil when fanout is off
+	convChanges *limiter      // metadata changes per conversation; nil when off
+	creations   *limiter      // conversations created per user; nil when off
+	upgrades    atomic.Uint64 // WebSocket upgrades so far, to order a device's connections
 
 	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
 	drain    context.CancelFunc
@@ -89,8 +94,14 @@ func New(o Options) *Gateway {
 		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
 		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
 		polls:       newLongPolls(o.Config.LongPollsPerUser),
+		fanout:      newLimiter(o.Config.FanoutRate, o.Config.FanoutBurst),
+		convChanges: newLimiter(perSecond(o.Config.ConvChangeEvery), o.Config.ConvChangeBurst),
+		creations:   newLimiter(perSecond(o.Config.ConvCreateEvery), o.Config.ConvCreateBurst),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
+	}
+	if g.fanout != nil {
+		g.fanoutTurns = newTurns()
 	}
 	g.drainCtx, g.drain = context.WithCancel(context.Background())
 	g.upgrader = newUpgrader(g)
@@ -227,17 +238,42 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 // allow applies the device's request limit, and its send limit when send is true.
 func (g *Gateway) allow(me chat.Identity, send bool) error {
 	now := time.Now()
-	key := me.UserID + "\x00" + me.DeviceID
+	key := deviceKeyString(me)
 	if ok, d := g.requests.allow(key, now); !ok {
-		return &rateLimitError{what: "request", retryAfter: retrySeconds(d)}
+		return &rateLimitError{what: "too many requests from this device", retryAfter: retrySeconds(d)}
 	}
 	if send {
 		if ok, d := g.sends.allow(key, now); !ok {
-			return &rateLimitError{what: "send", retryAfter: retrySeconds(d)}
+			return &rateLimitError{what: "too many sends from this device", retryAfter: retrySeconds(d)}
 		}
 	}
 	return nil
 }
+
+// weighed runs call under the device's fanout limit, with a context that counts the events
+// call creates (chat.WithEventCount), and charges them to the device afterwards. A device
+// whose bucket is in debt is refused (429) until it has refilled. Calls that may write
+// (writes) run one at a time per device: side by side, they would all be admitted before
+// any was charged, and the limit would bound only sequential callers.
+func (g *Gateway) weighed(ctx context.Context, me chat.Identity, writes bool, call func(context.Context) error) error {
+	key := deviceKeyString(me)
+	if writes {
+		leave, err := g.fanoutTurns.enter(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer leave()
+	}
+	if owing, d := g.fanout.owing(key, time.Now()); owing {
+		return &rateLimitError{what: "this device's calls created too many events", retryAfter: retrySeconds(d)}
+	}
+	ctx = chat.WithEventCount(ctx)
+	defer func() { g.fanout.charge(key, chat.EventsCounted(ctx), time.Now()) }()
+	return call(ctx)
+}
+
+// deviceKeyString is the key of a device's buckets.
+func deviceKeyString(me chat.Identity) string { return me.UserID + "\x00" + me.DeviceID }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header.
 func bearerToken(r *http.Request) (string, bool) {
@@ -252,20 +288,16 @@ func bearerToken(r *http.Request) (string, bool) {
 
 // authenticate resolves the caller of a client route. queryToken allows ?token= (only the
 // WebSocket upgrade does, for browsers); the header wins when both are present.
-func (g *Gateway) authenticate(r *http.Request, queryToken bool) (chat.Identity, string, error) {
+func (g *Gateway) authenticate(r *http.Request, queryToken bool) (chat.Session, error) {
 	tok, ok := bearerToken(r)
 	if !ok && queryToken {
 		tok = r.URL.Query().Get("token")
 		ok = tok != ""
 	}
 	if !ok {
-		return chat.Identity{}, "", unauthorized("missing bearer token")
+		return chat.Session{}, unauthorized("missing bearer token")
 	}
-	me, err := g.svc.Authenticate(r.Context(), tok)
-	if err != nil {
-		return chat.Identity{}, "", err
-	}
-	return me, tok, nil
+	return g.svc.OpenSession(r.Context(), tok)
 }
 
 // checkAdmin verifies the operator's secret.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,7 +34,8 @@ func (g *Gateway) clientSend(h clientFunc) http.Handler { return g.clientRoute(h
 
 func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		me, _, err := g.authenticate(r, false)
+		sess, err := g.authenticate(r, false)
+		me := sess.Identity
 		if err == nil {
 			err = g.allow(me, send)
 		}
@@ -41,7 +43,12 @@ func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 		if !ok {
 			return
 		}
-		status, out, err := h(r, body, me)
+		var status int
+		var out any
+		err = g.weighed(r.Context(), me, r.Method != http.MethodGet, func(ctx context.Context) (err error) {
+			status, out, err = h(r.WithContext(ctx), body, me)
+			return err
+		})
 		g.reply(w, r, status, out, err)
 	})
 }
@@ -210,8 +217,41 @@ func (g *Gateway) createConversation(r *http.Request, body []byte, me chat.Ident
 	if err != nil {
 		return 0, nil, err
 	}
-	c, err := g.svc.CreateConversation(r.Context(), me, req)
+	var c protocol.ConversationBrief
+	err = g.limitedChange(r.Context(), g.creations, me.UserID, "too many conversations created by this user", func() (err error) {
+		c, err = g.svc.CreateConversation(r.Context(), me, req)
+		return err
+	})
+	if statusOf(err) == http.StatusTooManyRequests && req.Type == protocol.TypeDirect {
+		// Asking for a direct conversation that exists creates nothing: never refused.
+		if b, ok, xerr := g.svc.ExistingDirect(r.Context(), me, req.PeerID); ok || xerr != nil {
+			return http.StatusOK, b, xerr
+		}
+	}
 	return http.StatusOK, c, err
+}
+
+// limitedChange runs change against lim's bucket for key: refused with 429 (what says
+// why) while the bucket is empty. The token is given back when change created no events:
+// it failed, or changed nothing (a rename to the current name, a direct conversation that
+// already exists), so that only real changes count and a caller that is refused (a
+// non-member, say) cannot spend a conversation's budget. ctx is from chat.WithEventCount.
+func (g *Gateway) limitedChange(ctx context.Context, lim *limiter, key, what string, change func() error) error {
+	ok, wait, refund := lim.take(key, time.Now())
+	if !ok {
+		return &rateLimitError{what: what, retryAfter: retrySeconds(wait)}
+	}
+	before := chat.EventsCounted(ctx)
+	err := change()
+	if chat.EventsCounted(ctx) == before {
+		refund()
+	}
+	return err
+}
+
+// convChangeLimited is limitedChange for a change of conversation convID's metadata.
+func (g *Gateway) convChangeLimited(ctx context.Context, convID string, change func() error) error {
+	return g.limitedChange(ctx, g.convChanges, convID, "too many changes to this conversation", change)
 }
 
 func (g *Gateway) listConversations(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
@@ -252,7 +292,11 @@ func (g *Gateway) renameConversation(r *http.Request, body []byte, me chat.Ident
 	if err != nil {
 		return 0, nil, err
 	}
-	c, err := g.svc.Rename(r.Context(), me, convID, *req.Name)
+	var c protocol.ConversationBrief
+	err = g.convChangeLimited(r.Context(), convID, func() (err error) {
+		c, err = g.svc.Rename(r.Context(), me, convID, *req.Name)
+		return err
+	})
 	return http.StatusOK, c, err
 }
 
@@ -273,7 +317,16 @@ func (g *Gateway) updateMembers(r *http.Request, body []byte, me chat.Identity) 
 	if err != nil {
 		return 0, nil, err
 	}
-	c, err := g.svc.UpdateMembers(r.Context(), me, convID, req)
+	var c protocol.ConversationBrief
+	update := func() (err error) {
+		c, err = g.svc.UpdateMembers(r.Context(), me, convID, req)
+		return err
+	}
+	if leaving(req, me.UserID) {
+		err = update() // a member may always leave
+	} else {
+		err = g.convChangeLimited(r.Context(), convID, update)
+	}
 	return http.StatusOK, c, err
 }
 
@@ -300,6 +353,12 @@ func (g *Gateway) me(r *http.Request, _ []byte, me chat.Identity) (int, any, err
 func (g *Gateway) user(r *http.Request, _ []byte, _ chat.Identity) (int, any, error) {
 	out, err := g.svc.User(r.Context(), r.PathValue("user_id"))
 	return http.StatusOK, out, err
+}
+
+// leaving reports whether req only removes the caller: leaving a group, which its change
+// limit never refuses.
+func leaving(req protocol.MembersRequest, userID string) bool {
+	return len(req.Add) == 0 && len(req.Remove) > 0 && !slices.ContainsFunc(req.Remove, func(u string) bool { return u != userID })
 }
 
 // ---- messages (section 6) ----

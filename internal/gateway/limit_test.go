@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -60,5 +62,91 @@ func TestRetrySeconds(t *testing.T) {
 		if got := retrySeconds(tt.d); got != tt.want {
 			t.Errorf("retrySeconds(%v) = %d, want %d", tt.d, got, tt.want)
 		}
+	}
+}
+
+// TestLimiterDebt: charge weighs work already done, even past the burst and into debt;
+// owing refuses until the bucket has refilled past zero.
+func TestLimiterDebt(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(100, 1000) // 100/s, burst 1,000
+	if owing, _ := l.owing("a", now); owing {
+		t.Fatal("a fresh bucket owes")
+	}
+	l.charge("a", 2500, now) // more than the burst at once: 1,500 in debt
+	owing, wait := l.owing("a", now)
+	if !owing || wait != 15*time.Second {
+		t.Fatalf("after overdrawing 1,500 at 100/s: owing=%v wait=%v, want 15s", owing, wait)
+	}
+	if owing, _ := l.owing("b", now); owing {
+		t.Fatal("another key shares the debt")
+	}
+	if owing, _ := l.owing("a", now.Add(15*time.Second)); owing {
+		t.Fatal("still owing once refilled to zero")
+	}
+	l.charge("c", 1_000_000, now)    // 9,990 s of debt
+	l.allow("d", now.Add(time.Hour)) // sweeps a and b, which are full
+	if owing, _ := l.owing("c", now.Add(time.Hour)); !owing || l.size() != 2 {
+		t.Fatalf("a bucket in debt was evicted before it refilled (%d buckets, want c and d)", l.size())
+	}
+}
+
+// TestLimiterRefund: a token taken for a call that changed nothing is given back.
+func TestLimiterRefund(t *testing.T) {
+	now := time.Now()
+	l := newLimiter(0.001, 2)
+	for range 5 {
+		ok, _, refund := l.take("a", now)
+		if !ok {
+			t.Fatal("refunded tokens were not given back")
+		}
+		refund()
+	}
+	l.take("a", now)
+	l.take("a", now)
+	if ok, wait, refund := l.take("a", now); ok || wait <= 0 || refund != nil {
+		t.Fatalf("past the burst: ok=%v wait=%v", ok, wait)
+	}
+}
+
+// TestTurns: calls of one key run one at a time, other keys do not wait, a waiter gives up
+// with its context, and keys are forgotten once no call holds or waits for them.
+func TestTurns(t *testing.T) {
+	tu := newTurns()
+	ctx := context.Background()
+	leave, err := tu.enter(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaveB, err := tu.enter(ctx, "b")
+	if err != nil {
+		t.Fatal("another key waited")
+	}
+	leaveB()
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := tu.enter(short, "a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a second call of a ran beside the first (err %v)", err)
+	}
+	entered := make(chan func())
+	go func() {
+		l, _ := tu.enter(ctx, "a")
+		entered <- l
+	}()
+	leave()
+	select {
+	case l := <-entered:
+		l()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call never got its turn")
+	}
+	tu.mu.Lock()
+	defer tu.mu.Unlock()
+	if len(tu.keys) != 0 {
+		t.Fatalf("%d keys kept after every call left", len(tu.keys))
+	}
+	var off *turns
+	if _, err := off.enter(short, "a"); err != nil {
+		t.Fatal("a nil turns made a call wait")
 	}
 }

@@ -41,7 +41,7 @@ func (l *longPolls) begin(me chat.Identity, cancel context.CancelFunc) (release 
 	devices := l.users[me.UserID]
 	prev, replacing := devices[me.DeviceID]
 	if !replacing && len(devices) >= l.limit {
-		return nil, &rateLimitError{what: "waiting long-poll", who: "this user (one per device, at most " + strconv.Itoa(l.limit) + ")", retryAfter: longPollRetry}
+		return nil, &rateLimitError{what: "too many waiting long-polls from this user (one per device, at most " + strconv.Itoa(l.limit) + ")", retryAfter: longPollRetry}
 	}
 	if replacing {
 		prev.cancel()

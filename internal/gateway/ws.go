@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/protocol"
@@ -23,7 +24,13 @@ const (
 	CloseReplaced = 4001 // a newer connection of the same device took over
 	CloseTooSlow  = 4002 // the client did not read its frames fast enough; reconnect with the cursor
 	CloseRevoked  = 4003 // the user's tokens were revoked
+	CloseExpired  = 4004 // the connection's token expired; reconnect with a fresh one
 )
+
+// maxRefusedPings is how many WebSocket pings in a row a connection may send past its
+// request limit (each unanswered) before it is closed with 1008: a client that keeps
+// pinging into the limit is flooding, not keeping the connection alive.
+const maxRefusedPings = 64
 
 // closeGrace bounds the close handshake: the wait for the client's close frame.
 const closeGrace = time.Second
@@ -62,7 +69,8 @@ func newUpgrader(g *Gateway) websocket.Upgrader {
 // user's subscriptions just before Subscribe is caught here (RevokeTokens invalidates the
 // tokens before it kicks), and one after it ends the subscription.
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
-	me, tok, err := g.authenticate(r, true)
+	sess, err := g.authenticate(r, true)
+	me := sess.Identity
 	if err == nil {
 		err = g.allow(me, false)
 	}
@@ -81,7 +89,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	sub := g.svc.Hub().Subscribe(me.UserID, g.cfg.SendQueue)
 	var last int64
-	if _, err = g.svc.Authenticate(r.Context(), tok); err == nil && cursor == nil {
+	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
 		last, err = g.svc.LatestCursor(r.Context(), me.UserID)
 	}
 	if err != nil {
@@ -90,6 +98,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
+	order := g.upgrades.Add(1) // before the upgrade answers, so before any later dial starts
 	ws, err := g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		sub.Close()
@@ -100,7 +109,9 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g:          g,
 		ws:         ws,
 		me:         me,
+		sess:       sess,
 		key:        deviceKey{me.UserID, me.DeviceID},
+		order:      order,
 		replies:    make(chan []byte, replyQueue),
 		done:       make(chan struct{}),
 		readerDone: make(chan struct{}),
@@ -119,6 +130,7 @@ func (c *wsConn) serve(sub *hub.Subscription, cursor *int64, last int64) {
 	var cancel context.CancelFunc
 	c.ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
+	defer c.closeAtExpiry()()
 	g.met.ConnectionOpened()
 	defer g.met.ConnectionClosed()
 	g.register(c)
@@ -137,12 +149,18 @@ func (g *Gateway) reserve() bool {
 	return true
 }
 
-// register tracks c and closes the device's previous connection with 4001.
+// register tracks c and closes the device's older connection with 4001. Older means
+// upgraded earlier: two connections may register in either order, since each registers on
+// its own goroutine after answering the upgrade.
 func (g *Gateway) register(c *wsConn) {
 	g.mu.Lock()
-	old := g.devices[c.key]
-	g.devices[c.key] = c
 	g.conns[c] = struct{}{}
+	old := g.devices[c.key]
+	if old != nil && old.order > c.order {
+		old = c // a newer connection of the device registered first: c is replaced
+	} else {
+		g.devices[c.key] = c
+	}
 	draining := g.draining.Load()
 	g.mu.Unlock()
 	if old != nil {
@@ -171,11 +189,13 @@ func (g *Gateway) unregister(c *wsConn) {
 // keep an idle connection small. Control frames (ping, and gorilla's pong and close answers)
 // use WriteControl, which is safe beside the writer.
 type wsConn struct {
-	g   *Gateway
-	ws  *websocket.Conn
-	me  chat.Identity
-	key deviceKey
-	ctx context.Context // for service calls; cancelled once the connection has ended
+	g     *Gateway
+	ws    *websocket.Conn
+	me    chat.Identity
+	order uint64       // upgrade order: of two connections of one device, the later one stays
+	sess  chat.Session // re-checked before every frame: a revoked or expired token stops acting
+	key   deviceKey
+	ctx   context.Context // for service calls; cancelled once the connection has ended
 
 	replies chan []byte
 
@@ -187,6 +207,8 @@ type wsConn struct {
 	lastFrame   []byte // written just before the close frame, if not nil
 
 	readerDone chan struct{} // closed when the reader has returned
+
+	refusedPings int // pings refused in a row by the request limit; used by the reader only
 }
 
 // close ends the connection with code and reason, after sending last (an error push) if
@@ -244,11 +266,7 @@ func (c *wsConn) readLoop() {
 		c.extendDeadline()
 		return nil
 	})
-	c.ws.SetPingHandler(func(data string) error {
-		c.extendDeadline()
-		_ = c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.g.cfg.WriteTimeout))
-		return nil // a failed pong shows up as a failed read or write soon enough
-	})
+	c.ws.SetPingHandler(c.answerPing)
 	for {
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {
@@ -256,7 +274,7 @@ func (c *wsConn) readLoop() {
 			return
 		}
 		c.extendDeadline()
-		if c.closing() {
+		if c.closing() || !c.authorized() {
 			continue // finishing the close handshake: frames are no longer served
 		}
 		select {
@@ -264,6 +282,82 @@ func (c *wsConn) readLoop() {
 		default:
 			c.close(CloseTooSlow, "too slow: replies not read", nil)
 		}
+	}
+}
+
+// answerPing answers a control-frame ping with a pong, if the token still holds and the
+// device's request limit allows; a ping past the limit gets no pong, and too many of those
+// in a row close the connection with 1008. It runs on the reader's goroutine.
+func (c *wsConn) answerPing(data string) error {
+	c.extendDeadline()
+	if c.closing() || !c.authorized() {
+		return nil
+	}
+	if err := c.g.allow(c.me, false); err != nil {
+		c.refusedPings++
+		if c.refusedPings >= maxRefusedPings {
+			c.close(websocket.ClosePolicyViolation, "too many pings", nil)
+		}
+		return nil
+	}
+	c.refusedPings = 0
+	_ = c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.g.cfg.WriteTimeout))
+	return nil // a failed pong shows up as a failed read or write soon enough
+}
+
+// authorized re-verifies the connection's token before it acts on a frame. Once the token
+// no longer holds, the connection closes at once, without answering: 4003 when revoked,
+// 4004 when expired.
+func (c *wsConn) authorized() bool {
+	_, err := c.g.svc.CheckSession(c.ctx, c.sess)
+	if err != nil {
+		c.closeUnauthorized(err)
+	}
+	return err == nil
+}
+
+// closeUnauthorized closes for a failed CheckSession: 4004 for an expired token, 4003 for a
+// revoked one, and as fail does for anything else (the store did not answer).
+func (c *wsConn) closeUnauthorized(err error) {
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		c.close(CloseExpired, "token expired", nil)
+	case errors.Is(err, chat.ErrUnauthorized):
+		c.close(CloseRevoked, "revoked", nil)
+	default:
+		c.fail(err)
+	}
+}
+
+// closeAtExpiry closes the connection when its token expires, even if the client sends
+// nothing, and returns the function that stops watching. The service's clock decides: the
+// timer only says when to look again. An AfterFunc, not a goroutine, so that an idle
+// connection stays small.
+func (c *wsConn) closeAtExpiry() (stop func()) {
+	var (
+		mu      sync.Mutex // guards stopped, and orders t's assignment before the callback
+		t       *time.Timer
+		stopped bool
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(0, func() {
+		left, err := c.g.svc.CheckSession(c.ctx, c.sess)
+		if err != nil {
+			c.closeUnauthorized(err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(left)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 
@@ -295,7 +389,10 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	}
 	var result any
 	if err == nil {
-		result, err = c.dispatch(f.Op, data)
+		err = c.g.weighed(c.ctx, c.me, true, func(ctx context.Context) (err error) {
+			result, err = c.dispatch(ctx, f.Op, data)
+			return err
+		})
 	}
 	if err == nil {
 		if out, err = encodeReply(id, result); err == nil {
@@ -310,8 +407,8 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 }
 
 // dispatch runs one op (section 9) and returns its result.
-func (c *wsConn) dispatch(op string, data []byte) (any, error) {
-	svc, ctx, me := c.g.svc, c.ctx, c.me
+func (c *wsConn) dispatch(ctx context.Context, op string, data []byte) (any, error) {
+	svc, me := c.g.svc, c.me
 	switch op {
 	case protocol.OpSend:
 		req, err := decodeSendRequest(data)
@@ -464,7 +561,7 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			if ev.Cursor <= *last {
 				continue
 			}
-			if !c.push(ev) {
+			if !c.subscribed(sub) || !c.push(ev) {
 				return false
 			}
 			*last = ev.Cursor
@@ -474,6 +571,19 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 		}
 	}
 	return false
+}
+
+// subscribed reports whether the hub still serves sub; when it ended it (a revoke, an
+// overflow, shutdown) the connection closes. A long catch-up checks it between pushes, so
+// that a revoke takes effect at once rather than after the catch-up.
+func (c *wsConn) subscribed(sub *hub.Subscription) bool {
+	select {
+	case <-sub.Done():
+		c.subscriptionEnded(sub.Err())
+		return false
+	default:
+		return true
+	}
 }
 
 // drain takes every event already buffered in sub and returns the highest cursor among

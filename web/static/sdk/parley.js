@@ -438,6 +438,7 @@ export class ParleyClient extends EventTarget {
         if (this._gapClose) return reject(new ParleyError('gap', 'cursor gap'));
         if (e.code === 4001) return reject(new ParleyError('replaced', 'another connection of this device took over'));
         if (e.code === 4003) return reject(new ParleyError(401, 'revoked'));
+        if (e.code === 4004) return reject(new ParleyError(401, 'token expired'));
         if (opened) {
           if (!stable && !this._stopped) this._noteWebSocketFailure();
           return resolve();
