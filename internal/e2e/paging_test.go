@@ -19,11 +19,13 @@ const unsolicitedGroups = 1050
 // pageKeys are the keys every page of a list carries besides its items.
 var pageKeys = []string{"has_more", "next"}
 
-// fastSetup lets the attacker create the groups quickly: no per-device request limit, and
-// fewer fsyncs. Neither changes what is paged.
+// fastSetup lets the attacker create the groups quickly: no per-device request limit, no
+// creation limit (TestAttackGroupCreation tests that one), and fewer fsyncs. None of them
+// changes what is paged.
 func fastSetup(cfg *server.Config) {
 	cfg.Relaxed = true
 	cfg.Gateway.RequestRate = 0
+	cfg.Gateway.ConvCreateEvery = 0
 }
 
 // addToGroups has the attacker put victim in count groups, from 8 connections at once, and
