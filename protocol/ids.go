@@ -13,6 +13,17 @@ const (
 	DefaultRecent     = 20
 	MaxRecent         = 100
 	MaxLongPollSecond = 30
+
+	// MaxJSONDepth is the deepest nesting of arrays and objects a request may have, the
+	// body object counting as 1: content can nest 31 levels, more than any message format
+	// needs, and every reader of a message pays for its depth.
+	MaxJSONDepth = 32
+	// MaxSafeInteger (2^53-1) is the largest integer a request's fields may hold: the
+	// largest that every JSON implementation, JavaScript's included, holds exactly.
+	MaxSafeInteger = 1<<53 - 1
+	// MaxMemberList is the most user_ids one list of a request may name (members of a new
+	// group; add and remove of a members change): a list is refused before any work.
+	MaxMemberList = 1000
 )
 
 // ValidUserID reports whether s is a well-formed user_id (also used for device_id):

@@ -22,8 +22,9 @@ import (
 // maxTTLSeconds bounds ttl_seconds so that the expiry stays a sane time (100 years).
 const maxTTLSeconds = 100 * 365 * 24 * 3600
 
-// decodeObject decodes data, which must be exactly one JSON object, into v. Unknown fields
-// are ignored; wrong types, malformed JSON and trailing data are errors.
+// decodeObject decodes data, which must be exactly one JSON object, into v, a pointer to a
+// request struct. Unknown fields are ignored; wrong types, malformed JSON and trailing data
+// are errors, and so is everything checkStrict refuses.
 func decodeObject(data []byte, v any) error {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -35,7 +36,7 @@ func decodeObject(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		return invalidf("%s", describeJSONError(err))
 	}
-	return nil
+	return checkStrict(data, reflect.TypeOf(v).Elem())
 }
 
 // describeJSONError turns an encoding/json error into a message for the client.
