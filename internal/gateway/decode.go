@@ -228,7 +228,8 @@ func decodeCreateConversationRequest(data []byte) (protocol.CreateConversationRe
 			return req, invalidf("peer_id is missing or malformed")
 		}
 	case protocol.TypeGroup:
-		if err := validUserIDs("members", req.Members); err != nil {
+		var err error
+		if req.Members, err = userIDSet("members", req.Members); err != nil {
 			return req, err
 		}
 	default:
@@ -243,10 +244,12 @@ func decodeMembersRequest(data []byte) (protocol.MembersRequest, error) {
 	if err := decodeObject(data, &req); err != nil {
 		return req, err
 	}
-	if err := validUserIDs("add", req.Add); err != nil {
+	var err error
+	if req.Add, err = userIDSet("add", req.Add); err != nil {
 		return req, err
 	}
-	return req, validUserIDs("remove", req.Remove)
+	req.Remove, err = userIDSet("remove", req.Remove)
+	return req, err
 }
 
 // decodeRenameRequest decodes PATCH /v1/conversations/{conv_id}.
@@ -261,13 +264,25 @@ func decodeRenameRequest(data []byte) (protocol.RenameRequest, error) {
 	return req, nil
 }
 
-func validUserIDs(field string, ids []string) error {
+// userIDSet checks the list of user_ids named field and returns it without repeats, in the
+// order of first mention. A list longer than protocol.MaxMemberList is refused whatever it
+// holds: the server's work on a request must not grow with a list the client made long.
+func userIDSet(field string, ids []string) ([]string, error) {
+	if len(ids) > protocol.MaxMemberList {
+		return nil, invalidf("%s lists %d user_ids, more than %d", field, len(ids), protocol.MaxMemberList)
+	}
+	seen := make(map[string]bool, len(ids))
+	set := ids[:0]
 	for i, id := range ids {
 		if !protocol.ValidUserID(id) {
-			return invalidf("%s[%d] is not a valid user_id", field, i)
+			return nil, invalidf("%s[%d] is not a valid user_id", field, i)
+		}
+		if !seen[id] {
+			seen[id] = true
+			set = append(set, id)
 		}
 	}
-	return nil
+	return set, nil
 }
 
 // queryInt reads the integer query parameter name: def when absent or empty, 400 when it is

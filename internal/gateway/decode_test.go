@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -220,6 +221,11 @@ func TestDecodeOtherRequests(t *testing.T) {
 		{"members", errOnly(decodeMembersRequest), `{"add":["a"],"remove":["b"]}`, 0},
 		{"members bad", errOnly(decodeMembersRequest), `{"remove":["b b"]}`, 400},
 		{"members not array", errOnly(decodeMembersRequest), `{"add":"a"}`, 400},
+		{"members at the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxMemberList) + `]}`, 0},
+		{"add over the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxMemberList+1) + `]}`, 400},
+		{"remove over the list limit", errOnly(decodeMembersRequest), `{"remove":[` + idList("u", protocol.MaxMemberList+1) + `]}`, 400},
+		{"repeats count toward the limit", errOnly(decodeMembersRequest), `{"add":[` + strings.Repeat(`"u",`, protocol.MaxMemberList) + `"u"]}`, 400},
+		{"group over the list limit", errOnly(decodeCreateConversationRequest), `{"type":"group","members":[` + idList("u", protocol.MaxMemberList+1) + `]}`, 400},
 		{"rename", errOnly(decodeRenameRequest), `{"name":""}`, 0},
 		{"rename missing", errOnly(decodeRenameRequest), `{}`, 400},
 	}
@@ -227,6 +233,27 @@ func TestDecodeOtherRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			wantCode(t, tt.decode([]byte(tt.in)), tt.code)
 		})
+	}
+}
+
+// idList returns n distinct quoted user_ids, comma-separated.
+func idList(prefix string, n int) string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%q", fmt.Sprintf("%s%d", prefix, i))
+	}
+	return strings.Join(ids, ",")
+}
+
+// TestDecodeMemberListsDeduplicated checks that lists come out as sets in first-mention order.
+func TestDecodeMemberListsDeduplicated(t *testing.T) {
+	req, err := decodeMembersRequest([]byte(`{"add":["b","a","b","a","c"],"remove":["d","d"]}`))
+	if err != nil || !slices.Equal(req.Add, []string{"b", "a", "c"}) || !slices.Equal(req.Remove, []string{"d"}) {
+		t.Fatalf("got %+v, %v", req, err)
+	}
+	g, err := decodeCreateConversationRequest([]byte(`{"type":"group","members":["x","x","y"]}`))
+	if err != nil || !slices.Equal(g.Members, []string{"x", "y"}) {
+		t.Fatalf("got %+v, %v", g, err)
 	}
 }
 
