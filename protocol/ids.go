@@ -21,9 +21,10 @@ const (
 	// MaxSafeInteger (2^53-1) is the largest integer a request's fields may hold: the
 	// largest that every JSON implementation, JavaScript's included, holds exactly.
 	MaxSafeInteger = 1<<53 - 1
-	// MaxMemberList is the most user_ids one list of a request may name (members of a new
-	// group; add and remove of a members change): a list is refused before any work.
-	MaxMemberList = 1000
+	// MaxListLen is the most entries a list field of a request may have (members of a new
+	// group; add and remove of a members change): a longer list is refused as soon as its
+	// entry past the limit is read, so that the server's work never grows with it.
+	MaxListLen = 1000
 )
 
 // ValidUserID reports whether s is a well-formed user_id (also used for device_id):

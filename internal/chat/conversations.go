@@ -123,7 +123,7 @@ func (s *Service) memberList(creator string, members []string) ([]string, error)
 		}
 	}
 	if len(ids) > s.cfg.MaxGroupMembers {
-		return nil, invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+		return nil, s.errGroupTooLarge()
 	}
 	return ids, nil
 }
@@ -218,7 +218,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 			return err
 		}
 		if len(kept) > s.cfg.MaxGroupMembers {
-			return invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+			return s.errGroupTooLarge()
 		}
 		for _, m := range removed {
 			if err := tx.DeleteMember(ctx, convID, m.UserID); err != nil {
@@ -258,9 +258,14 @@ func (s *Service) checkMembersRequest(req protocol.MembersRequest) error {
 		delete(staying, u)
 	}
 	if len(staying) > s.cfg.MaxGroupMembers {
-		return invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+		return s.errGroupTooLarge()
 	}
 	return nil
+}
+
+// errGroupTooLarge is the answer to a change past MaxGroupMembers.
+func (s *Service) errGroupTooLarge() error {
+	return invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
 }
 
 // mayChangeMembers reports whether userID may apply req to conversation c: only a group's

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/protocol"
@@ -25,6 +26,10 @@ const maxTTLSeconds = 100 * 365 * 24 * 3600
 // decodeObject decodes data, which must be exactly one JSON object, into v, a pointer to a
 // request struct. Unknown fields are ignored; wrong types, malformed JSON and trailing data
 // are errors, and so is everything checkStrict refuses.
+//
+// checkStrict runs first, so that a list too long is refused before encoding/json builds it;
+// when the body is merely malformed, encoding/json's own message (which names the byte) is
+// the one given, unless encoding/json accepts what jsontext does not (a "\ud800" escape).
 func decodeObject(data []byte, v any) error {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -33,10 +38,17 @@ func decodeObject(data []byte, v any) error {
 	if trimmed[0] != '{' {
 		return invalidf("body must be a JSON object")
 	}
+	malformed := checkStrict(data, reflect.TypeOf(v).Elem())
+	if errors.Is(malformed, chat.ErrInvalid) {
+		return malformed // a rule of checkStrict, not a syntax error
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return invalidf("%s", describeJSONError(err))
 	}
-	return checkStrict(data, reflect.TypeOf(v).Elem())
+	if malformed != nil {
+		return invalidf("malformed JSON: %s", strings.TrimPrefix(malformed.Error(), "jsontext: "))
+	}
+	return nil
 }
 
 // describeJSONError turns an encoding/json error into a message for the client.
@@ -265,12 +277,8 @@ func decodeRenameRequest(data []byte) (protocol.RenameRequest, error) {
 }
 
 // userIDSet checks the list of user_ids named field and returns it without repeats, in the
-// order of first mention. A list longer than protocol.MaxMemberList is refused whatever it
-// holds: the server's work on a request must not grow with a list the client made long.
+// order of first mention (checkStrict has refused lists of more than protocol.MaxListLen).
 func userIDSet(field string, ids []string) ([]string, error) {
-	if len(ids) > protocol.MaxMemberList {
-		return nil, invalidf("%s lists %d user_ids, more than %d", field, len(ids), protocol.MaxMemberList)
-	}
 	seen := make(map[string]bool, len(ids))
 	set := ids[:0]
 	for i, id := range ids {

@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
-	"io"
 	"math"
 	"reflect"
 	"strconv"
@@ -23,17 +23,15 @@ import (
 // it lets the last of two duplicate keys win, so the server and a proxy or another decoder
 // may see different requests; it matches field names without regard to case ("Conv_ID"
 // sets conv_id); it accepts nesting 10,000 deep, which costs every reader of the message;
-// and it accepts integers above 2^53, which a JavaScript client cannot hold. t is the struct
-// type data was decoded into: its JSON field names are the known top-level keys.
+// it accepts integers above 2^53, which a JavaScript client cannot hold; and it builds a list
+// of any length, which the server then works through. t is the struct type data is decoded
+// into: its JSON field names are the known top-level keys.
 //
-// data has already been decoded by encoding/json, so it is one well-formed JSON object: the
-// check runs after it, so that syntax errors keep encoding/json's messages. The jsontext
-// decoder (the tokenizer of Go's encoding/json/v2) refuses invalid \u escapes and duplicate
-// keys at any depth by default; the walk adds the depth, case and integer rules.
+// The jsontext decoder (the tokenizer of Go's encoding/json/v2) refuses invalid UTF-8,
+// invalid \u escapes and duplicate keys at any depth by default; the walk adds the depth, case, integer and list
+// rules. A broken rule is an error wrapping chat.ErrInvalid; malformed JSON is returned as
+// jsontext's error, for decodeObject to word.
 func checkStrict(data []byte, t reflect.Type) error {
-	if !utf8.Valid(data) {
-		return invalidf("body is not valid UTF-8 (first bad byte at offset %d)", invalidUTF8Offset(data))
-	}
 	dec := strictDecoders.Get().(*jsontext.Decoder)
 	defer strictDecoders.Put(dec)
 	dec.Reset(bytes.NewBuffer(data))
@@ -45,10 +43,18 @@ func checkStrict(data []byte, t reflect.Type) error {
 			err = checkNested(dec)
 		}
 	}
-	if err != nil {
-		return describeStrictError(err)
+	var se *jsontext.SyntacticError
+	switch {
+	case err == nil || errors.Is(err, chat.ErrInvalid):
+		return err
+	case !utf8.Valid(data):
+		// Only now: a walk that ends well has read every byte of the object as valid UTF-8,
+		// and one that stops early (a list too long) must not have read the rest.
+		return invalidf("body is not valid UTF-8 (first bad byte at offset %d)", invalidUTF8Offset(data))
+	case errors.As(err, &se) && se.Err == jsontext.ErrDuplicateName:
+		return describeDuplicate(se.JSONPointer)
 	}
-	return nil
+	return err
 }
 
 // strictDecoders recycles checkStrict's decoders. The check runs on every request and frame
@@ -56,8 +62,9 @@ func checkStrict(data []byte, t reflect.Type) error {
 // cost more than the check itself. A Decoder keeps no request data once Reset.
 var strictDecoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
 
-// checkMember reads one member of the body object (or its closing '}'): the name, and the
-// value if it is a scalar, or else the value's opening token: checkNested walks the rest.
+// checkMember reads one member of the body object (or its closing '}'): the name, then the
+// value if it is a scalar or a list field, or else the value's opening token: checkNested
+// walks the rest.
 func checkMember(dec *jsontext.Decoder, t reflect.Type) error {
 	if dec.PeekKind() == '}' {
 		_, err := dec.ReadToken()
@@ -71,17 +78,37 @@ func checkMember(dec *jsontext.Decoder, t reflect.Type) error {
 	if err != nil {
 		return err
 	}
-	switch dec.PeekKind() {
-	case '{', '[':
+	switch kind := dec.PeekKind(); {
+	case kind == '[' && field.Type != nil && isList(field.Type):
+		return checkList(dec, field.Name)
+	case kind == '{' || kind == '[':
 		return checkNested(dec) // enters the value: depth 2
-	case '0':
+	case kind == '0':
 		v, err := dec.ReadValue()
-		if err == nil && field != "" && !safeInteger(v) {
-			return invalidf("field %q is beyond 2^53-1 (%d), the largest integer every JSON client holds exactly", field, protocol.MaxSafeInteger)
+		if err == nil && field.Type != nil && !safeInteger(v) {
+			return invalidf("field %q is beyond 2^53-1 (%d), the largest integer every JSON client holds exactly", field.Name, protocol.MaxSafeInteger)
 		}
 		return err
 	}
 	_, err = dec.ReadValue()
+	return err
+}
+
+// checkList reads the list value of field, refusing it as soon as it has more than
+// protocol.MaxListLen entries: the rest of it is never read.
+func checkList(dec *jsontext.Decoder, field string) error {
+	if _, err := dec.ReadToken(); err != nil { // '['
+		return err
+	}
+	for n := 0; dec.PeekKind() != ']'; n++ {
+		if n == protocol.MaxListLen {
+			return invalidf("%s has more than %d entries", field, protocol.MaxListLen)
+		}
+		if _, err := dec.ReadValue(); err != nil {
+			return err
+		}
+	}
+	_, err := dec.ReadToken() // ']'
 	return err
 }
 
@@ -97,10 +124,17 @@ func checkNested(dec *jsontext.Decoder) error {
 	return nil
 }
 
-// knownField returns the name of the field of struct type t that the quoted JSON name
-// selects, "" if it selects none (it is ignored), and an error if it differs from a field's
-// name only in case: encoding/json would silently use it for that field.
-func knownField(t reflect.Type, quoted jsontext.Value) (string, error) {
+// jsonField is a field of a request struct as JSON names it. Type is nil for a key that
+// selects no field (it is ignored).
+type jsonField struct {
+	Name string
+	Type reflect.Type
+}
+
+// knownField returns the field of struct type t that the quoted JSON name selects, and an
+// error if the name differs from a field's name only in case: encoding/json would silently
+// use it for that field.
+func knownField(t reflect.Type, quoted jsontext.Value) (jsonField, error) {
 	name := []byte(quoted[1 : len(quoted)-1])
 	if bytes.IndexByte(name, '\\') >= 0 {
 		name, _ = jsontext.AppendUnquote(nil, quoted) // the decoder has validated it
@@ -115,13 +149,19 @@ func knownField(t reflect.Type, quoted jsontext.Value) (string, error) {
 			fname = f.Name
 		}
 		if string(name) == fname {
-			return fname, nil
+			return jsonField{fname, f.Type}, nil
 		}
 		if bytes.EqualFold(name, []byte(fname)) {
-			return "", invalidf("unknown key %q: field names are case-sensitive (did you mean %q?)", name, fname)
+			return jsonField{}, invalidf("unknown key %q: field names are case-sensitive (did you mean %q?)", name, fname)
 		}
 	}
-	return "", nil
+	return jsonField{}, nil
+}
+
+// isList reports whether a field of type t holds a list (json.RawMessage is a slice too, but
+// holds any JSON value).
+func isList(t reflect.Type) bool {
+	return t.Kind() == reflect.Slice && t != reflect.TypeFor[json.RawMessage]()
 }
 
 // safeInteger reports whether the JSON number v is within ±(2^53-1). Fractions are left to
@@ -131,24 +171,12 @@ func safeInteger(v jsontext.Value) bool {
 	return err == nil && math.Abs(f) <= protocol.MaxSafeInteger
 }
 
-// describeStrictError words an error of checkStrict's walk for the client.
-func describeStrictError(err error) error {
-	var se *jsontext.SyntacticError
-	switch {
-	case errors.Is(err, chat.ErrInvalid):
-		return err
-	case !errors.As(err, &se):
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return invalidf("malformed JSON: unexpected end of input")
-		}
-		return invalidf("malformed JSON: %v", err)
-	case se.Err == jsontext.ErrDuplicateName:
-		if parent := se.JSONPointer.Parent(); parent != "" {
-			return invalidf("duplicate key %q in %q", se.JSONPointer.LastToken(), parent)
-		}
-		return invalidf("duplicate key %q", se.JSONPointer.LastToken())
+// describeDuplicate words a duplicate key found at ptr.
+func describeDuplicate(ptr jsontext.Pointer) error {
+	if parent := ptr.Parent(); parent != "" {
+		return invalidf("duplicate key %q in %q", ptr.LastToken(), parent)
 	}
-	return invalidf("malformed JSON: %s", strings.TrimPrefix(se.Error(), "jsontext: "))
+	return invalidf("duplicate key %q", ptr.LastToken())
 }
 
 // invalidUTF8Offset returns the offset of the first byte of data that is not valid UTF-8.
