@@ -18,24 +18,27 @@ type hostileSend struct {
 	name, body, reason string
 }
 
-// hostileSends returns the hostile send bodies aimed at convID. Raw bytes such as "\xe9" are
-// invalid UTF-8 in the body as sent; `\ud800` is a JSON escape.
+// hostileSends returns the hostile send bodies aimed at convID, each with its own
+// client_msg_id (so that one stored by a broken server cannot hide the next as a duplicate).
+// Raw bytes such as "\xe9" are invalid UTF-8 in the body as sent; `\ud800` is a JSON escape.
 func hostileSends(convID string) []hostileSend {
+	n := 0
+	id := func() string { n++; return fmt.Sprintf("evil-%d", n) }
 	send := func(rest string) string {
-		return `{"conv_id":"` + convID + `","client_msg_id":"evil","content_type":1` + rest + `}`
+		return `{"conv_id":"` + convID + `","client_msg_id":"` + id() + `","content_type":1` + rest + `}`
 	}
 	return []hostileSend{
 		{"invalid UTF-8 in content", send(`,"content":{"text":"caf` + "\xe9" + `"}`), "not valid UTF-8"},
 		{"invalid UTF-8 in extra", send(`,"content":"x","extra":{"k":"` + "\xff\xfe" + `"}`), "not valid UTF-8"},
 		{"invalid UTF-8 in a key", send(`,"content":"x","` + "\xc0\xaf" + `":1`), "not valid UTF-8"},
-		{"invalid UTF-8 in conv_id", `{"conv_id":"` + convID + "\xed\xa0\x80" + `","client_msg_id":"evil","content_type":1,"content":"x"}`, "not valid UTF-8"},
+		{"invalid UTF-8 in conv_id", `{"conv_id":"` + convID + "\xed\xa0\x80" + `","client_msg_id":"` + id() + `","content_type":1,"content":"x"}`, "not valid UTF-8"},
 		{"lone surrogate escape in content", send(`,"content":"\ud800"`), "malformed JSON"},
 		{"duplicate conv_id", send(`,"content":"x","conv_id":"d_elsewhere"`), `duplicate key "conv_id"`},
 		{"duplicate key in content", send(`,"content":{"text":"a","text":"b"}`), `duplicate key "text" in "/content"`},
 		{"duplicate key in extra", send(`,"content":"x","extra":{"k":"1","k":"2"}`), `duplicate key "k" in "/extra"`},
 		{"case-variant key", send(`,"content":"x","Conv_ID":"d_elsewhere"`), `"Conv_ID": field names are case-sensitive`},
 		{"content nested 9,000 deep", send(`,"content":` + strings.Repeat("[", 9000) + strings.Repeat("]", 9000)), "nested deeper than 32 levels"},
-		{"content_type 2^53+1", `{"conv_id":"` + convID + `","client_msg_id":"evil","content_type":9007199254740993,"content":"x"}`, `"content_type" is beyond 2^53-1`},
+		{"content_type 2^53+1", `{"conv_id":"` + convID + `","client_msg_id":"` + id() + `","content_type":9007199254740993,"content":"x"}`, `"content_type" is beyond 2^53-1`},
 	}
 }
 
