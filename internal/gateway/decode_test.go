@@ -421,12 +421,33 @@ func FuzzDecodeCreateConversationRequest(f *testing.F) {
 		if err == nil && req.Type != protocol.TypeDirect && req.Type != protocol.TypeGroup {
 			return errorf("accepted type %q", req.Type)
 		}
+		if err == nil && req.Type == protocol.TypeGroup && !isUserIDSet(req.Members) {
+			return errorf("accepted members that are not a set of at most %d: %v", protocol.MaxListLen, req.Members)
+		}
 		return err
 	})
 }
 
 func FuzzDecodeMembersRequest(f *testing.F) {
-	fuzzDecoder(f, errOnly(decodeMembersRequest))
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeMembersRequest(b)
+		if err == nil && (!isUserIDSet(req.Add) || !isUserIDSet(req.Remove)) {
+			return errorf("accepted lists that are not sets of at most %d: %+v", protocol.MaxListLen, req)
+		}
+		return err
+	})
+}
+
+// isUserIDSet reports whether ids is what userIDSet returns: valid, without repeats, short.
+func isUserIDSet(ids []string) bool {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] || !protocol.ValidUserID(id) {
+			return false
+		}
+		seen[id] = true
+	}
+	return len(ids) <= protocol.MaxListLen
 }
 
 func FuzzDecodeRenameRequest(f *testing.F) {
