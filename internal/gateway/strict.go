@@ -139,23 +139,40 @@ func knownField(t reflect.Type, quoted jsontext.Value) (jsonField, error) {
 	if bytes.IndexByte(name, '\\') >= 0 {
 		name, _ = jsontext.AppendUnquote(nil, quoted) // the decoder has validated it
 	}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		fname, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch {
-		case fname == "-":
-			continue
-		case fname == "":
-			fname = f.Name
+	for _, f := range jsonFieldsOf(t) {
+		if string(name) == f.Name {
+			return f, nil
 		}
-		if string(name) == fname {
-			return jsonField{fname, f.Type}, nil
-		}
-		if bytes.EqualFold(name, []byte(fname)) {
-			return jsonField{}, invalidf("unknown key %q: field names are case-sensitive (did you mean %q?)", name, fname)
+		if bytes.EqualFold(name, []byte(f.Name)) {
+			return jsonField{}, invalidf("unknown key %q: field names are case-sensitive (did you mean %q?)", name, f.Name)
 		}
 	}
 	return jsonField{}, nil
+}
+
+// jsonFields caches jsonFieldsOf: parsing struct tags for every key of every request cost
+// more than the rest of the check. It maps a reflect.Type to its []jsonField.
+var jsonFields sync.Map
+
+// jsonFieldsOf returns the fields of struct type t as encoding/json names them.
+func jsonFieldsOf(t reflect.Type) []jsonField {
+	if fs, ok := jsonFields.Load(t); ok {
+		return fs.([]jsonField)
+	}
+	var fs []jsonField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+			continue
+		case name == "":
+			name = f.Name
+		}
+		fs = append(fs, jsonField{name, f.Type})
+	}
+	jsonFields.Store(t, fs)
+	return fs
 }
 
 // isList reports whether a field of type t holds a list (json.RawMessage is a slice too, but
