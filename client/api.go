@@ -25,7 +25,7 @@ func (c *Client) CreateDirect(ctx context.Context, peerID string) (ConversationB
 
 // CreateGroup creates a group owned by the caller, who is a member whether or not members
 // names them. readDetail keeps per-member read lists for Receipts. 404: unknown member; 400:
-// more than protocol.MaxListLen entries in members (add the rest with UpdateMembers).
+// more than protocol.MaxRequestListLen entries in members (add the rest with UpdateMembers).
 func (c *Client) CreateGroup(ctx context.Context, name string, members []string, readDetail bool) (ConversationBrief, error) {
 	var out ConversationBrief
 	req := protocol.CreateConversationRequest{
@@ -36,7 +36,7 @@ func (c *Client) CreateGroup(ctx context.Context, name string, members []string,
 }
 
 // UpdateMembers adds and removes group members. Owner only (403), except that any member may
-// remove themselves. Each list may hold at most protocol.MaxListLen entries (400).
+// remove themselves.
 func (c *Client) UpdateMembers(ctx context.Context, convID string, add, remove []string) (ConversationBrief, error) {
 	var out ConversationBrief
 	req := protocol.MembersRequest{Add: nonNil(add), Remove: nonNil(remove)}

@@ -277,7 +277,7 @@ func decodeRenameRequest(data []byte) (protocol.RenameRequest, error) {
 }
 
 // userIDSet checks the list of user_ids named field and returns it without repeats, in the
-// order of first mention (checkStrict has refused lists of more than protocol.MaxListLen).
+// order of first mention (checkStrict has refused lists of more than protocol.MaxRequestListLen).
 func userIDSet(field string, ids []string) ([]string, error) {
 	seen := make(map[string]bool, len(ids))
 	set := ids[:0]

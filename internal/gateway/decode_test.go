@@ -221,11 +221,11 @@ func TestDecodeOtherRequests(t *testing.T) {
 		{"members", errOnly(decodeMembersRequest), `{"add":["a"],"remove":["b"]}`, 0},
 		{"members bad", errOnly(decodeMembersRequest), `{"remove":["b b"]}`, 400},
 		{"members not array", errOnly(decodeMembersRequest), `{"add":"a"}`, 400},
-		{"members at the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxListLen) + `]}`, 0},
-		{"add over the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxListLen+1) + `]}`, 400},
-		{"remove over the list limit", errOnly(decodeMembersRequest), `{"remove":[` + idList("u", protocol.MaxListLen+1) + `]}`, 400},
-		{"repeats count toward the limit", errOnly(decodeMembersRequest), `{"add":[` + strings.Repeat(`"u",`, protocol.MaxListLen) + `"u"]}`, 400},
-		{"group over the list limit", errOnly(decodeCreateConversationRequest), `{"type":"group","members":[` + idList("u", protocol.MaxListLen+1) + `]}`, 400},
+		{"members at the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxRequestListLen) + `]}`, 0},
+		{"add over the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
+		{"remove over the list limit", errOnly(decodeMembersRequest), `{"remove":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
+		{"repeats count toward the limit", errOnly(decodeMembersRequest), `{"add":[` + strings.Repeat(`"u",`, protocol.MaxRequestListLen) + `"u"]}`, 400},
+		{"group over the list limit", errOnly(decodeCreateConversationRequest), `{"type":"group","members":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
 		{"rename", errOnly(decodeRenameRequest), `{"name":""}`, 0},
 		{"rename missing", errOnly(decodeRenameRequest), `{}`, 400},
 	}
@@ -422,7 +422,7 @@ func FuzzDecodeCreateConversationRequest(f *testing.F) {
 			return errorf("accepted type %q", req.Type)
 		}
 		if err == nil && req.Type == protocol.TypeGroup && !isUserIDSet(req.Members) {
-			return errorf("accepted members that are not a set of at most %d: %v", protocol.MaxListLen, req.Members)
+			return errorf("accepted members that are not a set of at most %d: %v", protocol.MaxRequestListLen, req.Members)
 		}
 		return err
 	})
@@ -432,7 +432,7 @@ func FuzzDecodeMembersRequest(f *testing.F) {
 	fuzzDecoder(f, func(b []byte) error {
 		req, err := decodeMembersRequest(b)
 		if err == nil && (!isUserIDSet(req.Add) || !isUserIDSet(req.Remove)) {
-			return errorf("accepted lists that are not sets of at most %d: %+v", protocol.MaxListLen, req)
+			return errorf("accepted lists that are not sets of at most %d: %+v", protocol.MaxRequestListLen, req)
 		}
 		return err
 	})
@@ -447,7 +447,7 @@ func isUserIDSet(ids []string) bool {
 		}
 		seen[id] = true
 	}
-	return len(ids) <= protocol.MaxListLen
+	return len(ids) <= protocol.MaxRequestListLen
 }
 
 func FuzzDecodeRenameRequest(f *testing.F) {

@@ -95,14 +95,14 @@ func checkMember(dec *jsontext.Decoder, t reflect.Type) error {
 }
 
 // checkList reads the list value of field, refusing it as soon as it has more than
-// protocol.MaxListLen entries: the rest of it is never read.
+// protocol.MaxRequestListLen entries: the rest of it is never read.
 func checkList(dec *jsontext.Decoder, field string) error {
 	if _, err := dec.ReadToken(); err != nil { // '['
 		return err
 	}
 	for n := 0; dec.PeekKind() != ']'; n++ {
-		if n == protocol.MaxListLen {
-			return invalidf("%s has more than %d entries", field, protocol.MaxListLen)
+		if n == protocol.MaxRequestListLen {
+			return invalidf("%s has more than %d entries", field, protocol.MaxRequestListLen)
 		}
 		if _, err := dec.ReadValue(); err != nil {
 			return err
