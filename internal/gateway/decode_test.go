@@ -486,3 +486,16 @@ func FuzzQueryInt(f *testing.F) {
 func errorf(format string, args ...any) error {
 	return &statusError{code: http.StatusInternalServerError, msg: "property violated: " + fmt.Sprintf(format, args...)}
 }
+
+// BenchmarkDecodeLongMemberList measures the refusal of a member list of 1 MiB: it reads the
+// list only up to its entry past protocol.MaxRequestListLen, so it costs the same for any
+// length.
+func BenchmarkDecodeLongMemberList(b *testing.B) {
+	body := []byte(`{"add":[` + strings.Repeat(`"victim",`, 1<<20/9) + `"victim"]}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := decodeMembersRequest(body); statusOf(err) != http.StatusBadRequest {
+			b.Fatal(err)
+		}
+	}
+}

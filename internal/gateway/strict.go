@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
@@ -28,12 +29,15 @@ import (
 // into: its JSON field names are the known top-level keys.
 //
 // The jsontext decoder (the tokenizer of Go's encoding/json/v2) refuses invalid UTF-8,
-// invalid \u escapes and duplicate keys at any depth by default; the walk adds the depth, case, integer and list
-// rules. A broken rule is an error wrapping chat.ErrInvalid; malformed JSON is returned as
-// jsontext's error, for decodeObject to word.
+// invalid \u escapes and duplicate keys at any depth by default; the walk adds the depth,
+// case, integer and list rules. A broken rule is an error wrapping chat.ErrInvalid; malformed
+// JSON is returned as jsontext's error, for decodeObject to word.
 func checkStrict(data []byte, t reflect.Type) error {
 	dec := strictDecoders.Get().(*jsontext.Decoder)
-	defer strictDecoders.Put(dec)
+	defer func() {
+		dec.Reset(http.NoBody) // let go of data before the decoder waits in the pool
+		strictDecoders.Put(dec)
+	}()
 	dec.Reset(bytes.NewBuffer(data))
 	_, err := dec.ReadToken() // the body's '{'
 	for err == nil && dec.StackDepth() > 0 {
@@ -59,7 +63,7 @@ func checkStrict(data []byte, t reflect.Type) error {
 
 // strictDecoders recycles checkStrict's decoders. The check runs on every request and frame
 // (twice per WebSocket frame: envelope, then params); a fresh decoder and its sets of names
-// cost more than the check itself. A Decoder keeps no request data once Reset.
+// cost more than the check itself.
 var strictDecoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
 
 // checkMember reads one member of the body object (or its closing '}'): the name, then the
