@@ -24,7 +24,8 @@ func (c *Client) CreateDirect(ctx context.Context, peerID string) (ConversationB
 }
 
 // CreateGroup creates a group owned by the caller, who is a member whether or not members
-// names them. readDetail keeps per-member read lists for Receipts. 404: unknown member.
+// names them. readDetail keeps per-member read lists for Receipts. 404: unknown member; 400:
+// more than protocol.MaxRequestListLen entries in members (add the rest with UpdateMembers).
 func (c *Client) CreateGroup(ctx context.Context, name string, members []string, readDetail bool) (ConversationBrief, error) {
 	var out ConversationBrief
 	req := protocol.CreateConversationRequest{

@@ -58,7 +58,8 @@ func (c *Client) SendText(ctx context.Context, convID, text string) (MessageAck,
 // longer than Options.RequestTimeout, or while the server restarts. The server stores one
 // message per (sender, client_msg_id), so retries never duplicate it; an ack for a message
 // stored by an earlier attempt comes back with Duplicate set. Other 4xx answers are final and
-// returned as *Error. When ctx ends first, the error wraps ctx's error: the message may or may
+// returned as *Error; among them 409 when clientMsgID was already used by this user in another
+// conversation (the server keys messages by sender and client_msg_id, so pick a new one). When ctx ends first, the error wraps ctx's error: the message may or may
 // not have been stored, and a later SendWithID with the same id finds out.
 func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, contentType int, content any, extra map[string]string) (MessageAck, error) {
 	if !protocol.ValidClientMsgID(clientMsgID) {

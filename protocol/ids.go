@@ -48,3 +48,19 @@ func validChars(s string, max int, dotAt bool) bool {
 	}
 	return true
 }
+
+// Limits of strict input (section 1 of the protocol): what every request body and frame must
+// keep to beyond being JSON.
+const (
+	// MaxJSONDepth is the deepest nesting of arrays and objects a request may have, the
+	// body object counting as 1: content can nest 31 levels, more than any message format
+	// needs, and every reader of a message pays for its depth.
+	MaxJSONDepth = 32
+	// MaxSafeInteger (2^53-1) is the largest integer a request's fields may hold: the
+	// largest that every JSON implementation, JavaScript's included, holds exactly.
+	MaxSafeInteger = 1<<53 - 1
+	// MaxRequestListLen is the most entries a list field of a request may have (members of
+	// a new group; add and remove of a members change): a longer list is refused as soon as
+	// its entry past the limit is read, so that the server's work never grows with it.
+	MaxRequestListLen = 1000
+)

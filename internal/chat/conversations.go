@@ -124,11 +124,11 @@ func (s *Service) createGroup(ctx context.Context, me Identity, req protocol.Cre
 	if err != nil {
 		return protocol.ConversationBrief{}, err
 	}
+	if err := s.requireUsers(ctx, ids[1:]); err != nil {
+		return protocol.ConversationBrief{}, err
+	}
 	var out protocol.ConversationBrief
 	err = s.update(ctx, "create group", func(tx store.Tx, ob *outbox) error {
-		if err := requireUsers(ctx, tx, ids[1:]); err != nil {
-			return err
-		}
 		now := s.nowMS()
 		c := store.Conversation{
 			ID: newID("g_"), Type: protocol.TypeGroup, Name: req.Name, OwnerID: me.UserID,
@@ -160,9 +160,18 @@ func (s *Service) memberList(creator string, members []string) ([]string, error)
 		}
 	}
 	if len(ids) > s.cfg.MaxGroupMembers {
-		return nil, invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+		return nil, s.errGroupTooLarge()
 	}
 	return ids, nil
+}
+
+// requireUsers checks that every one of ids is a user in a read transaction, before the
+// write transaction that needs them: users are never deleted, so the answer stays true, and
+// the single writer is not held for work that grows with the request.
+func (s *Service) requireUsers(ctx context.Context, ids []string) error {
+	return s.view(ctx, "require users", func(tx store.ReadTx) error {
+		return requireUsers(ctx, tx, ids)
+	})
 }
 
 // requireUsers returns ErrNotFound naming the first of ids that is not a user.
@@ -214,25 +223,34 @@ func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store
 // UpdateMembers adds and removes group members. Only the owner may add or remove others;
 // any member may remove themselves. An owner who leaves passes ownership to the
 // longest-standing remaining member.
+//
+// Everything that grows with the request is done before the write transaction: the group
+// size is checked from the request alone where it can be, and the added users are looked
+// up in a read transaction. The writer then does work in proportion to the group.
 func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string, req protocol.MembersRequest) (protocol.ConversationBrief, error) {
-	for _, u := range append(slices.Clip(req.Add), req.Remove...) {
-		if !protocol.ValidUserID(u) {
-			return protocol.ConversationBrief{}, invalid("%q is not a valid user_id", u)
+	if err := s.checkMembersRequest(req); err != nil {
+		return protocol.ConversationBrief{}, err
+	}
+	err := s.view(ctx, "check members", func(tx store.ReadTx) error {
+		c, _, err := loadConvMember(ctx, tx, convID, me.UserID)
+		if err != nil {
+			return err
 		}
+		if err := mayChangeMembers(c, me.UserID, req); err != nil {
+			return err
+		}
+		return requireUsers(ctx, tx, req.Add)
+	})
+	if err != nil {
+		return protocol.ConversationBrief{}, err
 	}
 	var out protocol.ConversationBrief
-	err := s.update(ctx, "update members", func(tx store.Tx, ob *outbox) error {
+	err = s.update(ctx, "update members", func(tx store.Tx, ob *outbox) error {
 		c, self, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
 			return err
 		}
-		if c.Type != protocol.TypeGroup {
-			return invalid("the members of a direct conversation cannot change")
-		}
-		if c.OwnerID != me.UserID && (len(req.Add) > 0 || slices.ContainsFunc(req.Remove, func(u string) bool { return u != me.UserID })) {
-			return fmt.Errorf("%w: only the owner adds or removes other members", ErrForbidden)
-		}
-		if err := requireUsers(ctx, tx, req.Add); err != nil {
+		if err := mayChangeMembers(c, me.UserID, req); err != nil { // the group may have changed since
 			return err
 		}
 		members, err := tx.Members(ctx, convID)
@@ -245,7 +263,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 			return err
 		}
 		if len(kept) > s.cfg.MaxGroupMembers {
-			return invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+			return s.errGroupTooLarge()
 		}
 		for _, m := range removed {
 			if err := tx.DeleteMember(ctx, convID, m.UserID); err != nil {
@@ -266,6 +284,45 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		return s.announce(ctx, tx, ob, c, kept, removed, me.UserID, &out)
 	})
 	return out, err
+}
+
+// checkMembersRequest checks what a members change can be judged on alone: the form of its
+// user_ids, and the group size. Every user added and not also removed is a member afterwards
+// (a user in both lists is removed), so more of them than the limit can never fit.
+func (s *Service) checkMembersRequest(req protocol.MembersRequest) error {
+	for _, u := range append(slices.Clip(req.Add), req.Remove...) {
+		if !protocol.ValidUserID(u) {
+			return invalid("%q is not a valid user_id", u)
+		}
+	}
+	staying := make(map[string]bool, len(req.Add))
+	for _, u := range req.Add {
+		staying[u] = true
+	}
+	for _, u := range req.Remove {
+		delete(staying, u)
+	}
+	if len(staying) > s.cfg.MaxGroupMembers {
+		return s.errGroupTooLarge()
+	}
+	return nil
+}
+
+// errGroupTooLarge is the answer to a change past MaxGroupMembers.
+func (s *Service) errGroupTooLarge() error {
+	return invalid("a group has at most %d members", s.cfg.MaxGroupMembers)
+}
+
+// mayChangeMembers reports whether userID may apply req to conversation c: only a group's
+// members change, and only its owner adds or removes others.
+func mayChangeMembers(c store.Conversation, userID string, req protocol.MembersRequest) error {
+	if c.Type != protocol.TypeGroup {
+		return invalid("the members of a direct conversation cannot change")
+	}
+	if c.OwnerID != userID && (len(req.Add) > 0 || slices.ContainsFunc(req.Remove, func(u string) bool { return u != userID })) {
+		return fmt.Errorf("%w: only the owner adds or removes other members", ErrForbidden)
+	}
+	return nil
 }
 
 // applyMembership returns the members after req, in order of standing, and those removed.

@@ -14,7 +14,8 @@ import (
 
 // Send stores a message durably with its seq and one "message" event in every member's log,
 // all in one transaction, and returns the ack. A repeated (sender, client_msg_id) creates
-// nothing and returns the original ack with Duplicate set, whatever its content. Sending
+// nothing and returns the original ack with Duplicate set, whatever its content, if it names
+// the same conversation; naming another one is ErrConflict (see duplicateAck). Sending
 // advances the sender's read (and delivered) position to the new seq without an event of its
 // own, and makes the conversation visible again to members who had deleted it.
 func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendRequest) (protocol.MessageAck, error) {
@@ -26,8 +27,8 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 	var ack protocol.MessageAck
 	err = s.update(ctx, "send", func(tx store.Tx, ob *outbox) error {
 		if m, err := tx.MessageByClientID(ctx, me.UserID, req.ClientMsgID); err == nil {
-			ack = ackOf(m, true)
-			return nil
+			ack, err = duplicateAck(m, req)
+			return err
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -63,6 +64,18 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		s.obs.MessageStored(s.now().Sub(start), ack.Duplicate)
 	}
 	return ack, err
+}
+
+// duplicateAck answers a send whose (sender, client_msg_id) is already stored as m. A retry
+// names the same conversation and gets the original ack. Naming another conversation is not a
+// retry but a client that reused an id: answering the original ack, which names the first
+// conversation, would let it believe the new message was stored. It gets 409 instead.
+func duplicateAck(m store.Message, req protocol.SendRequest) (protocol.MessageAck, error) {
+	if m.ConvID != req.ConvID {
+		return protocol.MessageAck{}, fmt.Errorf("%w: client_msg_id %q was already used in another conversation: pick a new one for this message",
+			ErrConflict, req.ClientMsgID)
+	}
+	return ackOf(m, true), nil
 }
 
 // fanoutMessage appends the "message" event of m to every member's log (write fanout),

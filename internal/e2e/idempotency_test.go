@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -90,20 +91,25 @@ func TestIdempotency(t *testing.T) {
 		})
 	}
 
+	// A client_msg_id reused in another conversation is not a retry: the original ack would
+	// name the first conversation and the client would believe its new message stored. It is
+	// a 409 over both transports, stores nothing, and a true retry still gets the ack.
 	t.Run("another conversation, same client_msg_id", func(t *testing.T) {
 		n.user(t, "carol")
 		other := n.direct(t, alice, "carol")["conv_id"].(string)
 		a1 := viaHTTP(t, msg("cross", "first"))
 		m := msg("cross", "second")
 		m["conv_id"] = other
-		a2 := viaHTTP(t, m)
-		checkSameAck(t, []map[string]any{a1, a2})
-		if a2["conv_id"] != convID {
-			t.Fatalf("repeat in another conversation answered %s, want the original ack", show(a2))
+		r := n.fail(t, http.StatusConflict, "POST", "/v1/messages", alice, m)
+		if e := object(t, r.raw)["error"].(string); !strings.Contains(e, "already used in another conversation") {
+			t.Fatalf("409 reason %q does not say the id was used in another conversation", e)
 		}
+		reply := ws.do("send", m)
+		wantFields(t, "websocket reuse", reply, map[string]any{"code": http.StatusConflict})
 		if got := num(n.brief(t, alice, other)["max_seq"]); got != 0 {
-			t.Fatalf("the repeat created a message in the other conversation (max_seq %d)", got)
+			t.Fatalf("the reuse created a message in the other conversation (max_seq %d)", got)
 		}
+		checkSameAck(t, []map[string]any{a1, viaHTTP(t, msg("cross", "retry"))})
 	})
 	t.Run("another sender, same client_msg_id", func(t *testing.T) {
 		a1 := viaHTTP(t, msg("mine", "alice's"))

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/protocol"
@@ -22,8 +23,13 @@ import (
 // maxTTLSeconds bounds ttl_seconds so that the expiry stays a sane time (100 years).
 const maxTTLSeconds = 100 * 365 * 24 * 3600
 
-// decodeObject decodes data, which must be exactly one JSON object, into v. Unknown fields
-// are ignored; wrong types, malformed JSON and trailing data are errors.
+// decodeObject decodes data, which must be exactly one JSON object, into v, a pointer to a
+// request struct. Unknown fields are ignored; wrong types, malformed JSON and trailing data
+// are errors, and so is everything checkStrict refuses.
+//
+// checkStrict runs first, so that a list too long is refused before encoding/json builds it;
+// when the body is merely malformed, encoding/json's own message (which names the byte) is
+// the one given, unless encoding/json accepts what jsontext does not (a "\ud800" escape).
 func decodeObject(data []byte, v any) error {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -32,8 +38,15 @@ func decodeObject(data []byte, v any) error {
 	if trimmed[0] != '{' {
 		return invalidf("body must be a JSON object")
 	}
+	malformed := checkStrict(data, reflect.TypeOf(v).Elem())
+	if errors.Is(malformed, chat.ErrInvalid) {
+		return malformed // a rule of checkStrict, not a syntax error
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return invalidf("%s", describeJSONError(err))
+	}
+	if malformed != nil {
+		return invalidf("malformed JSON: %s", strings.TrimPrefix(malformed.Error(), "jsontext: "))
 	}
 	return nil
 }
@@ -227,7 +240,8 @@ func decodeCreateConversationRequest(data []byte) (protocol.CreateConversationRe
 			return req, invalidf("peer_id is missing or malformed")
 		}
 	case protocol.TypeGroup:
-		if err := validUserIDs("members", req.Members); err != nil {
+		var err error
+		if req.Members, err = userIDSet("members", req.Members); err != nil {
 			return req, err
 		}
 	default:
@@ -242,10 +256,12 @@ func decodeMembersRequest(data []byte) (protocol.MembersRequest, error) {
 	if err := decodeObject(data, &req); err != nil {
 		return req, err
 	}
-	if err := validUserIDs("add", req.Add); err != nil {
+	var err error
+	if req.Add, err = userIDSet("add", req.Add); err != nil {
 		return req, err
 	}
-	return req, validUserIDs("remove", req.Remove)
+	req.Remove, err = userIDSet("remove", req.Remove)
+	return req, err
 }
 
 // decodeRenameRequest decodes PATCH /v1/conversations/{conv_id}.
@@ -260,13 +276,21 @@ func decodeRenameRequest(data []byte) (protocol.RenameRequest, error) {
 	return req, nil
 }
 
-func validUserIDs(field string, ids []string) error {
+// userIDSet checks the list of user_ids named field and returns it without repeats, in the
+// order of first mention (checkStrict has refused lists of more than protocol.MaxRequestListLen).
+func userIDSet(field string, ids []string) ([]string, error) {
+	seen := make(map[string]bool, len(ids))
+	set := ids[:0]
 	for i, id := range ids {
 		if !protocol.ValidUserID(id) {
-			return invalidf("%s[%d] is not a valid user_id", field, i)
+			return nil, invalidf("%s[%d] is not a valid user_id", field, i)
+		}
+		if !seen[id] {
+			seen[id] = true
+			set = append(set, id)
 		}
 	}
-	return nil
+	return set, nil
 }
 
 // queryInt reads the integer query parameter name: def when absent or empty, 400 when it is

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/parleychat/parley/protocol"
 )
@@ -39,8 +42,8 @@ func TestDecodeObject(t *testing.T) {
 		{"array", `[1,2]`, 400, "JSON object"},
 		{"string", `"x"`, 400, "JSON object"},
 		{"null", `null`, 400, "JSON object"},
-		{"truncated", `{"user_id":"a"`, 400, "malformed JSON"},
-		{"trailing object", `{"user_id":"a"}{}`, 400, "malformed JSON"},
+		{"truncated", `{"user_id":"a"`, 400, "malformed JSON at byte 14: unexpected end of JSON input"},
+		{"trailing object", `{"user_id":"a"}{}`, 400, "malformed JSON at byte 16: invalid character '{' after top-level value"},
 		{"trailing garbage", `{"user_id":"a"} x`, 400, "malformed JSON"},
 		{"wrong type", `{"user_id":5}`, 400, `"user_id" must be a string`},
 		{"not JSON", `hello`, 400, "JSON object"},
@@ -49,6 +52,57 @@ func TestDecodeObject(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var v protocol.CreateUserRequest
 			err := decodeObject([]byte(tt.in), &v)
+			wantCode(t, err, tt.code)
+			if err != nil && !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("error %q does not mention %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+// TestDecodeStrict covers checkStrict through the send decoder, whose body has every kind of
+// place a client can put bytes: top-level keys and values, content at any depth, and extra.
+func TestDecodeStrict(t *testing.T) {
+	send := func(rest string) string {
+		return `{"conv_id":"c","client_msg_id":"m","content_type":1` + rest + `}`
+	}
+	nested := func(depth int) string { // content nested to depth levels, the body being 1
+		return strings.Repeat(`[`, depth-1) + strings.Repeat(`]`, depth-1)
+	}
+	tests := []struct {
+		name, in string
+		code     int
+		msg      string // a part of the error message
+	}{
+		{"plain", send(`,"content":{"text":"héllo ☃ 😀"},"extra":{"k":"v"}`), 0, ""},
+		{"escaped non-ASCII", send(`,"content":"\u00e9\ud83d\ude00"`), 0, ""},
+		{"invalid UTF-8 in content", send(`,"content":{"text":"a` + "\xff" + `"}`), 400, "not valid UTF-8 (first bad byte at offset"},
+		{"invalid UTF-8 in extra", send(`,"content":1,"extra":{"k":"` + "\xc3" + `"}`), 400, "not valid UTF-8"},
+		{"invalid UTF-8 in a key", send(`,"content":1,"` + "\xed\xa0\x80" + `":1`), 400, "not valid UTF-8"},
+		{"invalid UTF-8 in an unknown field", send(`,"content":1,"pad":"` + "\xfe" + `"`), 400, "not valid UTF-8"},
+		{"lone surrogate escape", send(`,"content":"\ud800"`), 400, "malformed JSON"},
+		{"duplicate top-level key", send(`,"content":1,"content":2`), 400, `duplicate key "content"`},
+		{"duplicate conv_id", send(`,"content":1,"conv_id":"d"`), 400, `duplicate key "conv_id"`},
+		{"duplicate key in content", send(`,"content":{"a":{"b":1,"b":2}}`), 400, `duplicate key "b" in "/content/a"`},
+		{"duplicate key in extra", send(`,"content":1,"extra":{"k":"1","k":"2"}`), 400, `duplicate key "k" in "/extra"`},
+		{"escaped duplicate key", send(`,"content":1,"c\u006fntent":2`), 400, `duplicate key "content"`},
+		{"case variant", send(`,"content":1,"Conv_ID":"d"`), 400, `"Conv_ID": field names are case-sensitive (did you mean "conv_id"?)`},
+		{"case variant alone", `{"CONV_ID":"c","client_msg_id":"m","content_type":1,"content":1}`, 400, "case-sensitive"},
+		{"long s variant", send(`,"content":1,"client_m\u017Fg_id":"n"`), 400, `"client_mſg_id": field names are case-sensitive`},
+		{"case in content is data", send(`,"content":{"Text":1,"text":2}`), 0, ""},
+		{"depth at limit", send(`,"content":` + nested(protocol.MaxJSONDepth)), 0, ""},
+		{"depth over limit", send(`,"content":` + nested(protocol.MaxJSONDepth+1)), 400, "nested deeper than 32"},
+		{"depth 9000", send(`,"content":` + nested(9000)), 400, "nested deeper than 32"},
+		{"deep unknown field", send(`,"content":1,"pad":` + nested(100)), 400, "nested deeper"},
+		{"content_type 2^53-1", `{"conv_id":"c","client_msg_id":"m","content_type":9007199254740991,"content":1}`, 0, ""},
+		{"content_type 2^53", `{"conv_id":"c","client_msg_id":"m","content_type":9007199254740992,"content":1}`, 400, `"content_type" is beyond 2^53-1`},
+		{"content_type 2^63-1", `{"conv_id":"c","client_msg_id":"m","content_type":9223372036854775807,"content":1}`, 400, "beyond 2^53-1"},
+		{"big number in content is data", send(`,"content":{"n":18446744073709551616}`), 0, ""},
+		{"big number in an unknown field", send(`,"content":1,"n":18446744073709551616`), 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeSendRequest([]byte(tt.in))
 			wantCode(t, err, tt.code)
 			if err != nil && !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("error %q does not mention %q", err, tt.msg)
@@ -167,6 +221,11 @@ func TestDecodeOtherRequests(t *testing.T) {
 		{"members", errOnly(decodeMembersRequest), `{"add":["a"],"remove":["b"]}`, 0},
 		{"members bad", errOnly(decodeMembersRequest), `{"remove":["b b"]}`, 400},
 		{"members not array", errOnly(decodeMembersRequest), `{"add":"a"}`, 400},
+		{"members at the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxRequestListLen) + `]}`, 0},
+		{"add over the list limit", errOnly(decodeMembersRequest), `{"add":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
+		{"remove over the list limit", errOnly(decodeMembersRequest), `{"remove":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
+		{"repeats count toward the limit", errOnly(decodeMembersRequest), `{"add":[` + strings.Repeat(`"u",`, protocol.MaxRequestListLen) + `"u"]}`, 400},
+		{"group over the list limit", errOnly(decodeCreateConversationRequest), `{"type":"group","members":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
 		{"rename", errOnly(decodeRenameRequest), `{"name":""}`, 0},
 		{"rename missing", errOnly(decodeRenameRequest), `{}`, 400},
 	}
@@ -174,6 +233,27 @@ func TestDecodeOtherRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			wantCode(t, tt.decode([]byte(tt.in)), tt.code)
 		})
+	}
+}
+
+// idList returns n distinct quoted user_ids, comma-separated.
+func idList(prefix string, n int) string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%q", fmt.Sprintf("%s%d", prefix, i))
+	}
+	return strings.Join(ids, ",")
+}
+
+// TestDecodeMemberListsDeduplicated checks that lists come out as sets in first-mention order.
+func TestDecodeMemberListsDeduplicated(t *testing.T) {
+	req, err := decodeMembersRequest([]byte(`{"add":["b","a","b","a","c"],"remove":["d","d"]}`))
+	if err != nil || !slices.Equal(req.Add, []string{"b", "a", "c"}) || !slices.Equal(req.Remove, []string{"d"}) {
+		t.Fatalf("got %+v, %v", req, err)
+	}
+	g, err := decodeCreateConversationRequest([]byte(`{"type":"group","members":["x","x","y"]}`))
+	if err != nil || !slices.Equal(g.Members, []string{"x", "y"}) {
+		t.Fatalf("got %+v, %v", g, err)
 	}
 }
 
@@ -233,6 +313,18 @@ func fuzzSeeds() []string {
 		`{"add":["a"],"remove":["b"]}`, `{"name":"new"}`,
 		`{"seq":1e3}`, `{"seq":-1}`, `{"seq":1.5}`, `{"content":null}`,
 		"{\"id\":\"\xff\",\"op\":\"ping\"}", `{"id":"1","op":"ping"} trailing`, `{"a":`,
+		// what checkStrict refuses: invalid UTF-8 in content, extra and a key, a lone
+		// surrogate, duplicate and case-variant keys, deep nesting, integers past 2^53-1
+		"{\"id\":\"1\",\"op\":\"send\",\"conv_id\":\"c1\",\"client_msg_id\":\"m1\",\"content_type\":1,\"content\":{\"text\":\"\xc3\x28\"}}",
+		"{\"conv_id\":\"c1\",\"client_msg_id\":\"m1\",\"content_type\":1,\"content\":1,\"extra\":{\"k\":\"\xed\xa0\x80\"}}",
+		"{\"conv_id\":\"c1\",\"\xff\":1,\"seq\":2}",
+		`{"conv_id":"c1","client_msg_id":"m1","content_type":1,"content":"\ud800"}`,
+		`{"id":"1","op":"send","conv_id":"c1","conv_id":"c2","client_msg_id":"m1","content_type":1,"content":{"a":1,"a":2}}`,
+		`{"ID":"1","Op":"ping","Conv_ID":"c1","SEQ":1,"Cursor":1,"USER_ID":"a","Members":["a"]}`,
+		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`,
+		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":9007199254740992,"content":1}`,
+		`{"id":"1","op":"read","conv_id":"c1","seq":-9007199254740992}`,
+		`{"type":"group","members":["a","a","b","a"],"add":["a","a"],"remove":["b","b"]}`,
 	}
 }
 
@@ -264,7 +356,8 @@ func FuzzDecodeSendRequest(f *testing.F) {
 	fuzzDecoder(f, func(b []byte) error {
 		req, err := decodeSendRequest(b)
 		if err == nil && (!protocol.ValidConvID(req.ConvID) || !protocol.ValidClientMsgID(req.ClientMsgID) ||
-			req.ContentType < 1 || len(req.Content) == 0 || !json.Valid(req.Content)) {
+			req.ContentType < 1 || req.ContentType > protocol.MaxSafeInteger || len(req.Content) == 0 ||
+			!jsontext.Value(req.Content).IsValid() || !utf8.Valid(b)) {
 			return errorf("accepted an invalid send: %+v", req)
 		}
 		return err
@@ -328,12 +421,33 @@ func FuzzDecodeCreateConversationRequest(f *testing.F) {
 		if err == nil && req.Type != protocol.TypeDirect && req.Type != protocol.TypeGroup {
 			return errorf("accepted type %q", req.Type)
 		}
+		if err == nil && req.Type == protocol.TypeGroup && !isUserIDSet(req.Members) {
+			return errorf("accepted members that are not a set of at most %d: %v", protocol.MaxRequestListLen, req.Members)
+		}
 		return err
 	})
 }
 
 func FuzzDecodeMembersRequest(f *testing.F) {
-	fuzzDecoder(f, errOnly(decodeMembersRequest))
+	fuzzDecoder(f, func(b []byte) error {
+		req, err := decodeMembersRequest(b)
+		if err == nil && (!isUserIDSet(req.Add) || !isUserIDSet(req.Remove)) {
+			return errorf("accepted lists that are not sets of at most %d: %+v", protocol.MaxRequestListLen, req)
+		}
+		return err
+	})
+}
+
+// isUserIDSet reports whether ids is what userIDSet returns: valid, without repeats, short.
+func isUserIDSet(ids []string) bool {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] || !protocol.ValidUserID(id) {
+			return false
+		}
+		seen[id] = true
+	}
+	return len(ids) <= protocol.MaxRequestListLen
 }
 
 func FuzzDecodeRenameRequest(f *testing.F) {
@@ -371,4 +485,17 @@ func FuzzQueryInt(f *testing.F) {
 // errorf makes a property violation fail the fuzz target (it maps to 500).
 func errorf(format string, args ...any) error {
 	return &statusError{code: http.StatusInternalServerError, msg: "property violated: " + fmt.Sprintf(format, args...)}
+}
+
+// BenchmarkDecodeLongMemberList measures the refusal of a member list of 1 MiB: it reads the
+// list only up to its entry past protocol.MaxRequestListLen, so it costs the same for any
+// length.
+func BenchmarkDecodeLongMemberList(b *testing.B) {
+	body := []byte(`{"add":[` + strings.Repeat(`"victim",`, 1<<20/9) + `"victim"]}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := decodeMembersRequest(body); statusOf(err) != http.StatusBadRequest {
+			b.Fatal(err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/parleychat/parley/protocol"
@@ -131,6 +132,20 @@ func BenchmarkDecodeSendFrame(b *testing.B) {
 			b.Fatal(f, err)
 		}
 		if _, err := decodeSendRequest(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeSendBody measures the decode of a send body with a larger, nested content
+// (a rich-text message of about 8 KiB), where the per-byte cost of the checks shows.
+func BenchmarkDecodeSendBody(b *testing.B) {
+	span := `{"type":"span","style":{"bold":true,"color":"#336699"},"text":"Grüße, ünïcödé and plain ASCII text"}`
+	body := []byte(`{"conv_id":"d_cqnezuscwz7if3puu6f3iggubi","client_msg_id":"0b1c2d3e-4f50-4617-8a9b-0c1d2e3f4a5b","content_type":100,` +
+		`"content":{"blocks":[` + strings.Repeat(span+",", 80) + span + `]},"extra":{"thread":"t1","reply_to":"m_abc"}}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := decodeSendRequest(body); err != nil {
 			b.Fatal(err)
 		}
 	}
