@@ -27,7 +27,7 @@ import (
 // deadline bounds every wait of this package: a reply, a push, a close, a long-poll.
 const deadline = 10 * time.Second
 
-// Exact key sets of the wire objects of PROTOCOL.md.
+// Exact key sets of the wire objects of docs/protocol.md.
 var (
 	briefKeys       = []string{"conv_id", "type", "name", "owner_id", "members_count", "fanout", "max_seq", "read_seq", "delivered_seq", "cleared_seq", "unread", "last_message", "updated_at"}
 	directBriefKeys = append(slices.Clone(briefKeys), "peer_read_seq", "peer_delivered_seq")
