@@ -1,5 +1,5 @@
 # Developer shortcuts; each target is one plain go command, so nothing here is required.
-.PHONY: build run test race vet fuzz bench ci
+.PHONY: build run test race vet fuzz bench bench-send ci
 
 build:
 	go build -o bin/parley ./cmd/parley
@@ -22,6 +22,13 @@ fuzz:
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...
+	go test -tags pebble -run '^$$' -bench . -benchmem ./internal/store/pebble/
+
+# chat.Service.Send through each durable engine, 3 runs each: compare them with benchstat
+# (docs/design.md, "Measuring the write path").
+bench-send:
+	go test -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/sqlite/
+	go test -tags pebble -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/pebble/
 
 ci:
 	bash .ci/run

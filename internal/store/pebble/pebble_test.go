@@ -25,6 +25,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/parleychat/parley/internal/chat/chattest"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/storetest"
 	"github.com/parleychat/parley/protocol"
@@ -58,6 +59,12 @@ func BenchmarkStore(b *testing.B) {
 
 func BenchmarkStoreRelaxed(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return openTest(b, Options{Relaxed: true}) })
+}
+
+// BenchmarkSend measures chat.Service.Send on this backend in its durable mode; see
+// chattest.BenchSend.
+func BenchmarkSend(b *testing.B) {
+	chattest.BenchSend(b, func(b *testing.B) store.Store { return openTest(b, Options{}) })
 }
 
 func TestOpenOptions(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleychat/parley/internal/chat/chattest"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/storetest"
 	"github.com/parleychat/parley/protocol"
@@ -42,6 +43,12 @@ func BenchmarkStore(b *testing.B) {
 
 func BenchmarkStoreRelaxed(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return openTest(b, Options{Relaxed: true}) })
+}
+
+// BenchmarkSend measures chat.Service.Send on this backend in its durable mode; see
+// chattest.BenchSend.
+func BenchmarkSend(b *testing.B) {
+	chattest.BenchSend(b, func(b *testing.B) store.Store { return openTest(b, Options{}) })
 }
 
 func TestOpenOptions(t *testing.T) {
