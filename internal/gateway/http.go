@@ -136,7 +136,8 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 // reading of a body that no handler reads, too. The write deadline is cleared: one set for
 // an earlier response on this keep-alive connection must not cut this one (a long-poll
 // writes only after waiting longer than WriteTimeout), and the WebSocket upgrade sets its
-// own. Each response sets a fresh one just before it writes (writeTimely, timely).
+// own. net/http (Go 1.26) also clears it after each response; this does not rely on that.
+// Each response sets a fresh one just before it writes (writeTimely, timely).
 func (g *Gateway) startDeadlines(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
