@@ -154,11 +154,12 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 		{
 			name: "hardening flags",
 			args: []string{"--debug-addr", "0.0.0.0:6060", "--debug-addr-public", "--longpolls-per-user", "3", "--body-timeout", "2s",
-				"--admin-secret", strings.Repeat("x", 32)},
+				"--write-timeout", "3s", "--admin-secret", strings.Repeat("x", 32)},
 			check: func(t *testing.T, c serveConfig) {
 				g := c.Node.Gateway
-				if !c.DebugPublic || g.LongPollsPerUser != 3 || g.BodyTimeout != 2*time.Second {
-					t.Errorf("got debug public %v, long-polls %d, body timeout %v", c.DebugPublic, g.LongPollsPerUser, g.BodyTimeout)
+				if !c.DebugPublic || g.LongPollsPerUser != 3 || g.BodyTimeout != 2*time.Second || g.WriteTimeout != 3*time.Second {
+					t.Errorf("got debug public %v, long-polls %d, body timeout %v, write timeout %v",
+						c.DebugPublic, g.LongPollsPerUser, g.BodyTimeout, g.WriteTimeout)
 				}
 			},
 		},
@@ -220,6 +221,7 @@ func TestServeInvalidConfig(t *testing.T) {
 		{"remote debug address", []string{"--debug-addr", "192.0.2.1:6060"}, nil, "--debug-addr-public"},
 		{"zero long-polls per user", []string{"--longpolls-per-user", "0"}, nil, "long-polls"},
 		{"zero body timeout", []string{"--body-timeout", "0s"}, nil, "body timeout"},
+		{"zero write timeout", []string{"--write-timeout", "0s"}, nil, "write timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

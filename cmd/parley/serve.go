@@ -41,6 +41,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&n.AdminSecret, "admin-secret", "", fmt.Sprintf("operator bearer secret, at least %d bytes; generated into the data directory when empty", minAdminSecret))
 	fs.IntVar(&n.Gateway.LongPollsPerUser, "longpolls-per-user", n.Gateway.LongPollsPerUser, "long-polls one user may have waiting at once (one per device)")
 	fs.DurationVar(&n.Gateway.BodyTimeout, "body-timeout", n.Gateway.BodyTimeout, "time a client may take to send a request body (408 past it)")
+	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
 	fs.StringVar(&n.Engine, "store", "", "embedded storage engine, sqlite or pebble (default: the data directory's own, sqlite for a new one)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: survives a process crash but may lose the last acked messages on power loss")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

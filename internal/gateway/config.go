@@ -18,8 +18,12 @@ type Config struct {
 	// and the hub subscription each hold this many; replies have a queue of their own). A
 	// client that lets them fill is disconnected. Default 256.
 	SendQueue int
-	// WriteTimeout bounds one WebSocket write; a client that does not read for this long is
-	// disconnected. Default 10 s.
+	// WriteTimeout bounds one WebSocket write, and each writeChunk (64 KiB) of an HTTP
+	// response: a client that does not read for this long is disconnected, so that a
+	// client that asks for large answers and never reads them cannot hold handlers, their
+	// buffers and file descriptors. It bounds progress, not the whole response, so that a
+	// slow but steady client still gets a large page (and is not cut, and retrying, for
+	// ever). Not http.Server.WriteTimeout, which would also cut long-polls. Default 10 s.
 	WriteTimeout time.Duration
 	// MaxBodyBytes is the largest HTTP request body; larger ones get 413. Default 1 MiB.
 	MaxBodyBytes int64

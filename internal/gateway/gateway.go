@@ -139,7 +139,7 @@ func (g *Gateway) routes() {
 	m.HandleFunc("GET /v1/ws", g.serveWS)
 
 	m.HandleFunc("GET /healthz", g.healthz)
-	m.Handle("GET /metrics", g.met.Handler())
+	m.Handle("GET /metrics", g.timely(g.met.Handler()))
 	g.webRoutes()
 }
 
@@ -160,7 +160,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.met.HTTPRequest(sw.code())
 	}()
-	g.bodyDeadline(w, r)
+	g.startDeadlines(w, r)
 	if g.draining.Load() && r.URL.Path != "/metrics" {
 		g.refuse(sw, r, errDraining)
 		return

@@ -131,15 +131,28 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	return body, nil
 }
 
-// bodyDeadline starts the BodyTimeout clock for a request that has a body (readBody lifts
-// it). It bounds net/http's own reading of a body that no handler reads, too.
-func (g *Gateway) bodyDeadline(w http.ResponseWriter, r *http.Request) {
+// startDeadlines sets the connection's deadlines for a new request. The BodyTimeout clock
+// starts for a request that has a body (readBody lifts it); it bounds net/http's own
+// reading of a body that no handler reads, too. The write deadline is cleared: one set for
+// an earlier response on this keep-alive connection must not cut this one (a long-poll
+// writes only after waiting longer than WriteTimeout), and the WebSocket upgrade sets its
+// own. net/http (Go 1.26) also clears it after each response; this does not rely on that.
+// Each response sets a fresh one just before it writes (writeTimely, timely).
+func (g *Gateway) startDeadlines(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
 	if r.ContentLength != 0 {
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
+		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	}
 }
 
-// writeJSON sends v as a JSON body with status.
+// writeChunk is how much of a response is written under one write deadline: a client
+// must take each 64 KiB of a response within WriteTimeout (at least 6.4 KiB/s by default).
+// A history page may be 13 MB, so one deadline for the whole of it would cut every client
+// slower than 1.3 MB/s, which would then retry the same page for ever.
+const writeChunk = 64 << 10
+
+// writeJSON sends v as a JSON body with status, under writeTimely's deadlines.
 func (g *Gateway) writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -150,7 +163,40 @@ func (g *Gateway) writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	g.writeTimely(w, append(b, '\n'))
+}
+
+// writeTimely writes b in pieces of writeChunk, each under a write deadline of WriteTimeout
+// set just before it. A client that does not take a piece in time is one that does not
+// read: the write fails, net/http closes the connection, and the handler's goroutine and
+// buffers are freed (counted as parley_http_responses_cut_total).
+func (g *Gateway) writeTimely(w http.ResponseWriter, b []byte) {
+	rc := http.NewResponseController(w)
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		g.writeDeadline(rc)
+		if _, err := w.Write(b[:n]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				g.met.ResponseCut()
+			}
+			return
+		}
+		b = b[n:]
+	}
+}
+
+// writeDeadline gives the response's next writes WriteTimeout from now.
+func (g *Gateway) writeDeadline(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.WriteTimeout))
+}
+
+// timely wraps a handler that is not JSON but writes at once, and little (the web
+// client's files, /metrics): its whole response is written under one WriteTimeout deadline.
+func (g *Gateway) timely(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.writeDeadline(http.NewResponseController(w))
+		h.ServeHTTP(w, r)
+	})
 }
 
 // writeError sends {"code","error"} with the status statusOf gives err; 500s are logged.

@@ -16,7 +16,7 @@ import (
 // Config.DevLogin is set, the development sign-in endpoint: without the flag it does not
 // exist (404).
 func (g *Gateway) webRoutes() {
-	client := web.Handler()
+	client := g.timely(web.Handler())
 	g.mux.Handle("GET /{$}", client)
 	g.mux.Handle("GET /static/", client)
 	if g.cfg.DevLogin {

@@ -39,6 +39,7 @@ type Metrics struct {
 	commitSeconds     prometheus.Histogram
 	longPollsWaiting  prometheus.Gauge
 	httpRequests      *prometheus.CounterVec
+	responsesCut      prometheus.Counter
 	buildInfo         *prometheus.GaugeVec
 }
 
@@ -90,6 +91,10 @@ func New() *Metrics {
 			Name: "parley_http_requests_total",
 			Help: "HTTP requests answered, by status code (101 for WebSocket upgrades).",
 		}, []string{"code"}),
+		responsesCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_http_responses_cut_total",
+			Help: "HTTP responses cut, and their connections closed, because the client did not read them within the write timeout.",
+		}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "parley_build_info",
 			Help: "Always 1; the labels say which Parley version, storage engine and Go version serve.",
@@ -100,7 +105,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
-		m.longPollsWaiting, m.httpRequests, m.buildInfo,
+		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo,
 	)
 	return m
 }
@@ -197,5 +202,12 @@ func (m *Metrics) LongPollEnded() {
 func (m *Metrics) HTTPRequest(code int) {
 	if m != nil {
 		m.httpRequests.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
+}
+
+// ResponseCut counts one HTTP response cut because the client did not read it in time.
+func (m *Metrics) ResponseCut() {
+	if m != nil {
+		m.responsesCut.Inc()
 	}
 }
