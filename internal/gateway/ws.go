@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -382,7 +383,7 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 			out = encodeErrorReply(id, 500, "internal error", 0)
 		}
 	}()
-	f, err := decodeFrame(data)
+	f, err := decodeClientFrame(data)
 	id = f.ID
 	if lerr := c.g.allow(c.me, f.Op == protocol.OpSend); lerr != nil {
 		err = lerr
@@ -390,7 +391,7 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	var result any
 	if err == nil {
 		err = c.g.weighed(c.ctx, c.me, true, func(ctx context.Context) (err error) {
-			result, err = c.dispatch(ctx, f.Op, data)
+			result, err = c.dispatch(ctx, f)
 			return err
 		})
 	}
@@ -406,52 +407,38 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	return encodeErrorReply(id, code, errorMessage(err, code), retryAfterOf(err))
 }
 
-// dispatch runs one op (section 9) and returns its result.
-func (c *wsConn) dispatch(ctx context.Context, op string, data []byte) (any, error) {
+// dispatch runs one op (section 9) with the params decodeClientFrame decoded, and returns
+// its result. Params refused are answered here, after the limits, as an op's own error.
+func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
+	if f.paramsErr != nil {
+		return nil, f.paramsErr
+	}
 	svc, me := c.g.svc, c.me
-	switch op {
-	case protocol.OpSend:
-		req, err := decodeSendRequest(data)
-		if err != nil {
-			return nil, err
-		}
-		ack, err := svc.Send(ctx, me, req)
+	switch p := f.params.(type) {
+	case protocol.SendRequest:
+		ack, err := svc.Send(ctx, me, p)
 		ack.Code = 0
 		return ack, err
-	case protocol.OpRead, protocol.OpDelivered:
-		req, err := decodePositionRequest(data, true)
-		if err != nil {
-			return nil, err
-		}
-		if op == protocol.OpRead {
-			n, err := svc.MarkRead(ctx, me, req.ConvID, *req.Seq)
+	case protocol.PositionRequest:
+		if f.Op == protocol.OpRead {
+			n, err := svc.MarkRead(ctx, me, p.ConvID, *p.Seq)
 			return protocol.ReadPosition{ReadSeq: n}, err
 		}
-		n, err := svc.MarkDelivered(ctx, me, req.ConvID, *req.Seq)
+		n, err := svc.MarkDelivered(ctx, me, p.ConvID, *p.Seq)
 		return protocol.DeliveredPosition{DeliveredSeq: n}, err
-	case protocol.OpRecall:
-		req, err := decodeRecallRequest(data)
-		if err != nil {
-			return nil, err
-		}
-		return empty{}, svc.Recall(ctx, me, req.ConvID, *req.Seq)
-	case protocol.OpSync:
-		p, err := decodeSyncParams(data)
-		if err != nil {
-			return nil, err
-		}
+	case protocol.RecallRequest:
+		return empty{}, svc.Recall(ctx, me, p.ConvID, *p.Seq)
+	case protocol.SyncParams:
 		resp, err := svc.Sync(ctx, me, *p.Cursor, min(p.Limit, protocol.MaxSyncLimit), 0)
 		if resp.Events == nil {
 			resp.Events = []protocol.SyncEvent{}
 		}
 		return resp, err
-	case protocol.OpPing:
-		return pong{Op: protocol.OpPong}, nil
 	}
-	if len(op) > 32 {
-		op = op[:32] + "..."
+	if f.Op != protocol.OpPing { // the one op without params
+		return nil, fmt.Errorf("gateway: op %q decoded but not dispatched", f.Op)
 	}
-	return nil, invalidf("unknown op %q", op)
+	return pong{Op: protocol.OpPong}, nil
 }
 
 // ---- writer ----
