@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -85,9 +86,10 @@ func (s *Service) fanoutMessage(ctx context.Context, tx store.Tx, ob *outbox, m 
 	if err != nil {
 		return err
 	}
+	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
 	for _, mem := range members {
 		ev := store.Event{UserID: mem.UserID, Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
-		if err := ob.append(ctx, tx, ev, payload); err != nil {
+		if err := ob.append(ctx, tx, ev, body); err != nil {
 			return err
 		}
 		changed := mem.Hidden

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -15,24 +16,23 @@ import (
 // hub only after the transaction committed, in cursor order per user.
 type outbox struct {
 	order  []string // users in first-append order
-	events map[string][]protocol.SyncEvent
+	events map[string][]hub.Event
 }
 
-// append stores ev in userID's log inside tx and queues it for publication with payload.
-func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, payload json.RawMessage) error {
+// append stores ev in userID's log inside tx and queues it for publication with body, which
+// the events of one fanout share (hub.Body).
+func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, body *hub.Body) error {
 	cursor, err := tx.AppendEvent(ctx, ev)
 	if err != nil {
 		return fmt.Errorf("append %s event for %s: %w", ev.Type, ev.UserID, err)
 	}
 	if o.events == nil {
-		o.events = make(map[string][]protocol.SyncEvent)
+		o.events = make(map[string][]hub.Event)
 	}
 	if _, ok := o.events[ev.UserID]; !ok {
 		o.order = append(o.order, ev.UserID)
 	}
-	o.events[ev.UserID] = append(o.events[ev.UserID], protocol.SyncEvent{
-		Cursor: cursor, Type: ev.Type, ConvID: ev.ConvID, TS: ev.TS, Data: payload,
-	})
+	o.events[ev.UserID] = append(o.events[ev.UserID], hub.Event{Cursor: cursor, Body: body})
 	return nil
 }
 
@@ -42,7 +42,8 @@ func (o *outbox) appendData(ctx context.Context, tx store.Tx, userID, typ, convI
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", typ, err)
 	}
-	return o.append(ctx, tx, store.Event{UserID: userID, Type: typ, ConvID: convID, TS: ts, Data: raw}, raw)
+	return o.append(ctx, tx, store.Event{UserID: userID, Type: typ, ConvID: convID, TS: ts, Data: raw},
+		&hub.Body{Type: typ, ConvID: convID, TS: ts, Data: raw})
 }
 
 func (o *outbox) count() int {

@@ -462,7 +462,7 @@ func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
 		case b := <-c.replies:
 			err = c.write(b)
 		case ev := <-sub.Events():
-			if !c.deliver(sub, *ev, &last) {
+			if !c.deliver(sub, ev, &last) {
 				return
 			}
 		case <-sub.Done():
@@ -506,7 +506,7 @@ func (c *wsConn) finish() {
 
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
-func (c *wsConn) deliver(sub *hub.Subscription, ev protocol.SyncEvent, last *int64) bool {
+func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool {
 	if ev.Cursor <= *last {
 		return true
 	}
@@ -523,7 +523,7 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev protocol.SyncEvent, last *int
 		c.close(websocket.CloseInternalServerErr, "internal error", nil)
 		return false
 	}
-	if !c.push(&ev) {
+	if !c.push(ev) {
 		return false
 	}
 	*last = ev.Cursor
@@ -544,11 +544,11 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			return false
 		}
 		for i := range resp.Events {
-			ev := &resp.Events[i]
-			if ev.Cursor <= *last {
+			if resp.Events[i].Cursor <= *last {
 				continue
 			}
-			if !c.subscribed(sub) || !c.push(ev) {
+			ev := hub.EventOf(&resp.Events[i]) // a body of its own: this user's log
+			if !c.subscribed(sub) || !c.push(&ev) {
 				return false
 			}
 			*last = ev.Cursor
@@ -589,13 +589,8 @@ func drain(sub *hub.Subscription) int64 {
 
 // push writes one event, after any replies already queued (so that a long catch-up does
 // not hold them back until the reply queue overflows).
-func (c *wsConn) push(ev *protocol.SyncEvent) bool {
-	b, err := encodeEventPush(ev)
-	if err != nil {
-		c.g.log.Error("gateway: encode event", "user", c.me.UserID, "cursor", ev.Cursor, "err", err)
-		c.close(websocket.CloseInternalServerErr, "internal error", nil)
-		return false
-	}
+func (c *wsConn) push(ev *hub.Event) bool {
+	var err error
 	for queued := true; queued && err == nil; {
 		select {
 		case r := <-c.replies:
@@ -605,7 +600,7 @@ func (c *wsConn) push(ev *protocol.SyncEvent) bool {
 		}
 	}
 	if err == nil {
-		err = c.write(b)
+		err = c.write(appendEventPush(nil, ev))
 	}
 	if err != nil || c.closing() {
 		c.close(CloseTooSlow, "write failed", nil)

@@ -5,11 +5,45 @@
 package hub
 
 import (
+	"encoding/json"
 	"errors"
 	"sync"
 
 	"github.com/parleychat/parley/protocol"
 )
+
+// Event is a committed sync event as the hub hands it to one user's subscribers: its cursor
+// in that user's log, and the rest of it, which every recipient of one fanout (a message to
+// each member of a group) shares.
+type Event struct {
+	Cursor int64
+	*Body
+}
+
+// Body is an event apart from its cursor. A subscriber that turns it into bytes (the
+// WebSocket push frame) does so once for all the recipients of a fanout, through Encoded.
+// Neither the publisher nor subscribers may modify it once published.
+type Body struct {
+	Type   string
+	ConvID string
+	TS     int64
+	Data   json.RawMessage
+
+	once    sync.Once // guards encoded
+	encoded []byte
+}
+
+// Encoded returns encode(b), calling encode only for the first caller: the others get the
+// same bytes, which they must not modify. Every caller must pass the same encoding.
+func (b *Body) Encoded(encode func(*Body) []byte) []byte {
+	b.once.Do(func() { b.encoded = encode(b) })
+	return b.encoded
+}
+
+// EventOf returns ev as an Event with a Body of its own.
+func EventOf(ev *protocol.SyncEvent) Event {
+	return Event{Cursor: ev.Cursor, Body: &Body{Type: ev.Type, ConvID: ev.ConvID, TS: ev.TS, Data: ev.Data}}
+}
 
 // Reasons a subscription ends.
 var (
@@ -36,7 +70,7 @@ func New() *Hub {
 type Subscription struct {
 	hub    *Hub
 	userID string
-	ch     chan *protocol.SyncEvent
+	ch     chan *Event
 	done   chan struct{}
 
 	mu  sync.Mutex // guards err; done is closed exactly once, when err is set
@@ -48,7 +82,7 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 	if buffer < 1 {
 		buffer = 1
 	}
-	s := &Subscription{hub: h, userID: userID, ch: make(chan *protocol.SyncEvent, buffer), done: make(chan struct{})}
+	s := &Subscription{hub: h, userID: userID, ch: make(chan *Event, buffer), done: make(chan struct{})}
 	h.mu.Lock()
 	m := h.subs[userID]
 	if m == nil {
@@ -64,7 +98,7 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 // It never blocks: a subscription without room is ended with ErrOverflow. Subscribers
 // receive pointers into events, shared among them: neither they nor the caller may modify
 // the events afterwards. (Pointers keep an idle subscription's buffer small: 8 bytes a slot.)
-func (h *Hub) Publish(userID string, events []protocol.SyncEvent) {
+func (h *Hub) Publish(userID string, events []Event) {
 	if len(events) == 0 {
 		return
 	}
@@ -118,7 +152,7 @@ func (h *Hub) endLocked(s *Subscription, err error) {
 }
 
 // Events delivers the published events in publish order.
-func (s *Subscription) Events() <-chan *protocol.SyncEvent { return s.ch }
+func (s *Subscription) Events() <-chan *Event { return s.ch }
 
 // Done is closed when the subscription ends; Err then says why. Events already buffered
 // stay readable from Events.

@@ -2,15 +2,17 @@ package hub
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/parleychat/parley/protocol"
 )
 
-func evs(cursors ...int64) []protocol.SyncEvent {
-	out := make([]protocol.SyncEvent, len(cursors))
+func evs(cursors ...int64) []Event {
+	out := make([]Event, len(cursors))
 	for i, c := range cursors {
-		out[i] = protocol.SyncEvent{Cursor: c}
+		out[i] = Event{Cursor: c, Body: &Body{Type: protocol.EventMessage}}
 	}
 	return out
 }
@@ -70,4 +72,27 @@ func TestKickAndClose(t *testing.T) {
 		t.Fatalf("after close: %v, %d subscribers", b.Err(), h.Subscribers())
 	}
 	h.Publish("bob", evs(1)) // no subscriber: nothing happens
+}
+
+// TestBodyEncodedOnce: the subscribers of a fanout, on their own goroutines, share one
+// encoding of the body.
+func TestBodyEncodedOnce(t *testing.T) {
+	body := &Body{Type: protocol.EventMessage, Data: []byte(`{"seq":1}`)}
+	var calls atomic.Int32
+	encode := func(b *Body) []byte {
+		calls.Add(1)
+		return append([]byte("encoded:"), b.Data...)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if got := string(body.Encoded(encode)); got != `encoded:{"seq":1}` {
+				t.Errorf("Encoded = %s", got)
+			}
+		})
+	}
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("encode called %d times, want 1", n)
+	}
 }
