@@ -112,9 +112,13 @@ func (w *strictWalk) member(data []byte, t reflect.Type) (int64, error) {
 	}
 	w.members = append(w.members, member{name: name, kind: dec.PeekKind()})
 	m := &w.members[len(w.members)-1]
+	var field jsonField
+	if m.kind == '[' && t != nil {
+		field = fieldOf(t, name)
+	}
 	switch {
-	case m.kind == '[' && t != nil && isList(fieldOf(t, name).Type):
-		return 0, checkList(dec, string(name))
+	case isList(field.Type):
+		return 0, checkList(dec, field.Name)
 	case m.kind == '{' || m.kind == '[':
 		err := checkNested(dec) // enters the value: depth 2
 		return dec.InputOffset() - 1, err
