@@ -7,6 +7,7 @@ package hub
 import (
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"sync"
 
 	"github.com/parleychat/parley/protocol"
@@ -56,19 +57,42 @@ var (
 )
 
 // Hub routes events to subscriptions by user. The zero value is not usable; call New.
+//
+// Users are spread over shards, each with its own lock, so that the publishes of concurrent
+// sends (one per member of each conversation) and the subscribes and closes of connecting
+// clients do not all queue on one mutex (BenchmarkPublishFanout).
 type Hub struct {
+	seed   maphash.Seed // of shardOf's hash
+	shards [hubShards]shard
+}
+
+// hubShards is how many shards a hub has: a power of two, well above the number of cores.
+const hubShards = 64
+
+// shard holds the subscriptions of the users whose id hashes to it.
+type shard struct {
 	mu   sync.Mutex // guards subs
 	subs map[string]map[*Subscription]struct{}
+	_    [64 - 16]byte // a shard to a cache line: neighbouring locks do not contend
 }
 
 // New returns an empty hub.
 func New() *Hub {
-	return &Hub{subs: make(map[string]map[*Subscription]struct{})}
+	h := &Hub{seed: maphash.MakeSeed()}
+	for i := range h.shards {
+		h.shards[i].subs = make(map[string]map[*Subscription]struct{})
+	}
+	return h
+}
+
+// shardOf returns the shard of userID.
+func (h *Hub) shardOf(userID string) *shard {
+	return &h.shards[maphash.String(h.seed, userID)%hubShards]
 }
 
 // Subscription receives the events published for one user after it was created.
 type Subscription struct {
-	hub    *Hub
+	shard  *shard
 	userID string
 	ch     chan *Event
 	done   chan struct{}
@@ -82,15 +106,16 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 	if buffer < 1 {
 		buffer = 1
 	}
-	s := &Subscription{hub: h, userID: userID, ch: make(chan *Event, buffer), done: make(chan struct{})}
-	h.mu.Lock()
-	m := h.subs[userID]
+	sh := h.shardOf(userID)
+	s := &Subscription{shard: sh, userID: userID, ch: make(chan *Event, buffer), done: make(chan struct{})}
+	sh.mu.Lock()
+	m := sh.subs[userID]
 	if m == nil {
 		m = make(map[*Subscription]struct{})
-		h.subs[userID] = m
+		sh.subs[userID] = m
 	}
 	m[s] = struct{}{}
-	h.mu.Unlock()
+	sh.mu.Unlock()
 	return s
 }
 
@@ -102,14 +127,15 @@ func (h *Hub) Publish(userID string, events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs[userID] {
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for s := range sh.subs[userID] {
 		for i := range events {
 			select {
 			case s.ch <- &events[i]:
 			default:
-				h.endLocked(s, ErrOverflow)
+				sh.endLocked(s, ErrOverflow)
 			}
 		}
 	}
@@ -117,33 +143,37 @@ func (h *Hub) Publish(userID string, events []Event) {
 
 // Kick ends every subscription of userID with ErrKicked.
 func (h *Hub) Kick(userID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs[userID] {
-		h.endLocked(s, ErrKicked)
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for s := range sh.subs[userID] {
+		sh.endLocked(s, ErrKicked)
 	}
 }
 
 // Subscribers returns how many subscriptions are open, for metrics.
 func (h *Hub) Subscribers() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := 0
-	for _, m := range h.subs {
-		n += len(m)
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		for _, m := range sh.subs {
+			n += len(m)
+		}
+		sh.mu.Unlock()
 	}
 	return n
 }
 
-// endLocked removes s and records why. h.mu must be held.
-func (h *Hub) endLocked(s *Subscription, err error) {
-	m := h.subs[s.userID]
+// endLocked removes s and records why. sh.mu must be held.
+func (sh *shard) endLocked(s *Subscription, err error) {
+	m := sh.subs[s.userID]
 	if _, ok := m[s]; !ok {
 		return
 	}
 	delete(m, s)
 	if len(m) == 0 {
-		delete(h.subs, s.userID)
+		delete(sh.subs, s.userID)
 	}
 	s.mu.Lock()
 	s.err = err
@@ -167,7 +197,7 @@ func (s *Subscription) Err() error {
 
 // Close ends the subscription with ErrClosed. It is safe to call more than once.
 func (s *Subscription) Close() {
-	s.hub.mu.Lock()
-	s.hub.endLocked(s, ErrClosed)
-	s.hub.mu.Unlock()
+	s.shard.mu.Lock()
+	s.shard.endLocked(s, ErrClosed)
+	s.shard.mu.Unlock()
 }
