@@ -243,16 +243,13 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 		if err != nil {
 			return err
 		}
-		data := protocol.RecallData{Seq: seq, MsgID: m.MsgID, SenderID: m.SenderID}
-		now := s.nowMS()
+		var to []string
 		for _, mem := range members {
-			if seq <= visibleFrom(mem) {
-				continue // they never saw it (or cleared it): the event would only tell them it existed
-			}
-			if err := ob.appendData(ctx, tx, mem.UserID, protocol.EventRecall, convID, now, data); err != nil {
-				return err
+			if seq > visibleFrom(mem) { // else they never saw it (or cleared it): the event would only tell them it existed
+				to = append(to, mem.UserID)
 			}
 		}
-		return nil
+		data := protocol.RecallData{Seq: seq, MsgID: m.MsgID, SenderID: m.SenderID}
+		return ob.appendDataTo(ctx, tx, to, protocol.EventRecall, convID, s.nowMS(), data)
 	})
 }

@@ -38,12 +38,23 @@ func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, body *
 
 // appendData stores an event whose payload is data itself (every type but "message").
 func (o *outbox) appendData(ctx context.Context, tx store.Tx, userID, typ, convID string, ts int64, data any) error {
+	return o.appendDataTo(ctx, tx, []string{userID}, typ, convID, ts, data)
+}
+
+// appendDataTo stores the same event in the log of each of users. data is encoded once, and
+// the events share one hub.Body, so that their push frame is encoded once too.
+func (o *outbox) appendDataTo(ctx context.Context, tx store.Tx, users []string, typ, convID string, ts int64, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", typ, err)
 	}
-	return o.append(ctx, tx, store.Event{UserID: userID, Type: typ, ConvID: convID, TS: ts, Data: raw},
-		&hub.Body{Type: typ, ConvID: convID, TS: ts, Data: raw})
+	body := &hub.Body{Type: typ, ConvID: convID, TS: ts, Data: raw}
+	for _, u := range users {
+		if err := o.append(ctx, tx, store.Event{UserID: u, Type: typ, ConvID: convID, TS: ts, Data: raw}, body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (o *outbox) count() int {
