@@ -89,20 +89,22 @@ func (b body) decode(v any) error {
 	return unmarshalChecked(b.data, v, checkMembers(b.members, t))
 }
 
-// member returns the bytes of b's top-level member name, or nil if there is none. b must
-// have decoded without error.
-func (b body) member(name string) json.RawMessage {
+// extra returns the bytes of b's "extra" member, or nil if there is none. b must have
+// decoded without error.
+func (b body) extra() json.RawMessage {
 	if b.walked {
 		for _, m := range b.members {
-			if string(m.name) == name {
+			if string(m.name) == "extra" {
 				return m.value
 			}
 		}
 		return nil
 	}
-	var raw map[string]json.RawMessage
+	var raw struct {
+		Extra json.RawMessage `json:"extra"`
+	}
 	_ = json.Unmarshal(b.data, &raw) // decoded before, so this cannot fail
-	return raw[name]
+	return raw.Extra
 }
 
 // describeJSONError turns an encoding/json error into a message for the client.
@@ -292,7 +294,7 @@ func decodeSend(b body) (protocol.SendRequest, error) {
 	// content plus extra, measured in the request's own bytes, may not exceed the limit. They
 	// are parts of the data, so only a larger body needs measuring.
 	if len(b.data) > protocol.MaxContentBytes {
-		if n := len(req.Content) + len(b.member("extra")); n > protocol.MaxContentBytes {
+		if n := len(req.Content) + len(b.extra()); n > protocol.MaxContentBytes {
 			return req, fmt.Errorf("%w: content plus extra is %d bytes, more than %d", chat.ErrTooLarge, n, protocol.MaxContentBytes)
 		}
 	}
