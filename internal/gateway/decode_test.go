@@ -537,6 +537,8 @@ func frameSeeds() []string {
 		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":"` + strings.Repeat("x", protocol.MaxContentBytes-20) + `","extra":{"k":"` + strings.Repeat("y", 40) + `"}}`,
 		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":"x","extra":{"a":` + strings.Repeat("[", 40),
 		` {"id":"1", "op" : "read" , "conv_id":"c1","seq":  3 } `,
+		// keys that Unicode case folding may or may not match to a field
+		`{"ıd":"x","op":"ping"}`, `{"İd":"x","op":"ping"}`, `{"id":"1","op":"read","conv_id":"c1","ſeq":1}`,
 	}
 }
 
