@@ -587,6 +587,14 @@ func drain(sub *hub.Subscription) int64 {
 	}
 }
 
+// pushBuffers recycles the buffers push frames are built in: a 500-member group message
+// would otherwise leave 500 copies of its frame to the garbage collector.
+var pushBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledPush is the largest buffer kept in pushBuffers, so that one very large frame does
+// not stay cached: a frame of a message at the 64 KiB content limit fits.
+const maxPooledPush = 128 << 10
+
 // push writes one event, after any replies already queued (so that a long catch-up does
 // not hold them back until the reply queue overflows).
 func (c *wsConn) push(ev *hub.Event) bool {
@@ -600,7 +608,12 @@ func (c *wsConn) push(ev *hub.Event) bool {
 		}
 	}
 	if err == nil {
-		err = c.write(appendEventPush(nil, ev))
+		buf := pushBuffers.Get().(*[]byte)
+		*buf = appendEventPush((*buf)[:0], ev)
+		err = c.write(*buf) // gorilla has copied or sent the frame when it returns
+		if cap(*buf) <= maxPooledPush {
+			pushBuffers.Put(buf)
+		}
 	}
 	if err != nil || c.closing() {
 		c.close(CloseTooSlow, "write failed", nil)
