@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -85,9 +86,10 @@ func (s *Service) fanoutMessage(ctx context.Context, tx store.Tx, ob *outbox, m 
 	if err != nil {
 		return err
 	}
+	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
 	for _, mem := range members {
 		ev := store.Event{UserID: mem.UserID, Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
-		if err := ob.append(ctx, tx, ev, payload); err != nil {
+		if err := ob.append(ctx, tx, ev, body); err != nil {
 			return err
 		}
 		changed := mem.Hidden
@@ -241,16 +243,13 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 		if err != nil {
 			return err
 		}
-		data := protocol.RecallData{Seq: seq, MsgID: m.MsgID, SenderID: m.SenderID}
-		now := s.nowMS()
+		var to []string
 		for _, mem := range members {
-			if seq <= visibleFrom(mem) {
-				continue // they never saw it (or cleared it): the event would only tell them it existed
-			}
-			if err := ob.appendData(ctx, tx, mem.UserID, protocol.EventRecall, convID, now, data); err != nil {
-				return err
+			if seq > visibleFrom(mem) { // else they never saw it (or cleared it): the event would only tell them it existed
+				to = append(to, mem.UserID)
 			}
 		}
-		return nil
+		data := protocol.RecallData{Seq: seq, MsgID: m.MsgID, SenderID: m.SenderID}
+		return ob.appendDataTo(ctx, tx, to, protocol.EventRecall, convID, s.nowMS(), data)
 	})
 }

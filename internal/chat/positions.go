@@ -99,13 +99,7 @@ func (s *Service) emitPosition(ctx context.Context, tx store.Tx, ob *outbox, c s
 			}
 		}
 	}
-	now := s.nowMS()
-	for _, u := range to {
-		if err := ob.appendData(ctx, tx, u, typ, c.ID, now, data); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ob.appendDataTo(ctx, tx, to, typ, c.ID, s.nowMS(), data)
 }
 
 // Receipts counts, among the members other than the sender of message seq, those whose read

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -15,34 +16,45 @@ import (
 // hub only after the transaction committed, in cursor order per user.
 type outbox struct {
 	order  []string // users in first-append order
-	events map[string][]protocol.SyncEvent
+	events map[string][]hub.Event
 }
 
-// append stores ev in userID's log inside tx and queues it for publication with payload.
-func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, payload json.RawMessage) error {
+// append stores ev in userID's log inside tx and queues it for publication with body, which
+// the events of one fanout share (hub.Body).
+func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, body *hub.Body) error {
 	cursor, err := tx.AppendEvent(ctx, ev)
 	if err != nil {
 		return fmt.Errorf("append %s event for %s: %w", ev.Type, ev.UserID, err)
 	}
 	if o.events == nil {
-		o.events = make(map[string][]protocol.SyncEvent)
+		o.events = make(map[string][]hub.Event)
 	}
 	if _, ok := o.events[ev.UserID]; !ok {
 		o.order = append(o.order, ev.UserID)
 	}
-	o.events[ev.UserID] = append(o.events[ev.UserID], protocol.SyncEvent{
-		Cursor: cursor, Type: ev.Type, ConvID: ev.ConvID, TS: ev.TS, Data: payload,
-	})
+	o.events[ev.UserID] = append(o.events[ev.UserID], hub.Event{Cursor: cursor, Body: body})
 	return nil
 }
 
 // appendData stores an event whose payload is data itself (every type but "message").
 func (o *outbox) appendData(ctx context.Context, tx store.Tx, userID, typ, convID string, ts int64, data any) error {
+	return o.appendDataTo(ctx, tx, []string{userID}, typ, convID, ts, data)
+}
+
+// appendDataTo stores the same event in the log of each of users. data is encoded once, and
+// the events share one hub.Body, so that their push frame is encoded once too.
+func (o *outbox) appendDataTo(ctx context.Context, tx store.Tx, users []string, typ, convID string, ts int64, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", typ, err)
 	}
-	return o.append(ctx, tx, store.Event{UserID: userID, Type: typ, ConvID: convID, TS: ts, Data: raw}, raw)
+	body := &hub.Body{Type: typ, ConvID: convID, TS: ts, Data: raw}
+	for _, u := range users {
+		if err := o.append(ctx, tx, store.Event{UserID: u, Type: typ, ConvID: convID, TS: ts, Data: raw}, body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (o *outbox) count() int {

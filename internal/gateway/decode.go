@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/protocol"
 )
@@ -26,19 +28,34 @@ const maxTTLSeconds = 100 * 365 * 24 * 3600
 // decodeObject decodes data, which must be exactly one JSON object, into v, a pointer to a
 // request struct. Unknown fields are ignored; wrong types, malformed JSON and trailing data
 // are errors, and so is everything checkStrict refuses.
-//
-// checkStrict runs first, so that a list too long is refused before encoding/json builds it;
-// when the body is merely malformed, encoding/json's own message (which names the byte) is
-// the one given, unless encoding/json accepts what jsontext does not (a "\ud800" escape).
 func decodeObject(data []byte, v any) error {
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if err := objectStart(data); err != nil {
+		return err
+	}
+	return unmarshalChecked(data, v, checkStrict(data, reflect.TypeOf(v).Elem()))
+}
+
+// objectStart refuses data that is empty or does not start as a JSON object.
+func objectStart(data []byte) error {
+	trimmed := bytes.TrimLeft(data, jsonSpace)
 	if len(trimmed) == 0 {
 		return invalidf("body is empty: want a JSON object")
 	}
 	if trimmed[0] != '{' {
 		return invalidf("body must be a JSON object")
 	}
-	malformed := checkStrict(data, reflect.TypeOf(v).Elem())
+	return nil
+}
+
+// jsonSpace is the white space JSON allows between tokens.
+const jsonSpace = " \t\r\n"
+
+// unmarshalChecked decodes data into v once the strict check has said malformed about it.
+//
+// The check runs first, so that a list too long is refused before encoding/json builds it;
+// when the body is merely malformed, encoding/json's own message (which names the byte) is
+// the one given, unless encoding/json accepts what jsontext does not (a "\ud800" escape).
+func unmarshalChecked(data []byte, v any, malformed error) error {
 	if errors.Is(malformed, chat.ErrInvalid) {
 		return malformed // a rule of checkStrict, not a syntax error
 	}
@@ -49,6 +66,45 @@ func decodeObject(data []byte, v any) error {
 		return invalidf("malformed JSON: %s", strings.TrimPrefix(malformed.Error(), "jsontext: "))
 	}
 	return nil
+}
+
+// body is a client JSON object to decode into a request: an HTTP body, or a WebSocket frame
+// that decodeClientFrame has walked already, whose strict check is then finished from the
+// members of that one walk instead of walking it again.
+type body struct {
+	data    []byte
+	walked  bool     // data had one strict walk, which found no fault: members are its members
+	members []member // valid only while decodeClientFrame runs
+}
+
+// bodyOf returns data as a body that gets the whole strict check when decoded.
+func bodyOf(data []byte) body { return body{data: data} }
+
+// decode decodes b into v (a pointer to a request struct) as decodeObject does.
+func (b body) decode(v any) error {
+	t := reflect.TypeOf(v).Elem()
+	if !b.walked || hasList(t) { // the walk of a frame did not apply the list rule
+		return decodeObject(b.data, v)
+	}
+	return unmarshalChecked(b.data, v, checkMembers(b.members, t))
+}
+
+// extra returns the bytes of b's "extra" member, or nil if there is none. b must have
+// decoded without error.
+func (b body) extra() json.RawMessage {
+	if b.walked {
+		for _, m := range b.members {
+			if string(m.name) == "extra" {
+				return m.value
+			}
+		}
+		return nil
+	}
+	var raw struct {
+		Extra json.RawMessage `json:"extra"`
+	}
+	_ = json.Unmarshal(b.data, &raw) // decoded before, so this cannot fail
+	return raw.Extra
 }
 
 // describeJSONError turns an encoding/json error into a message for the client.
@@ -114,11 +170,115 @@ func decodeFrame(data []byte) (protocol.Frame, error) {
 	return f, nil
 }
 
-// decodeSendRequest decodes POST /v1/messages and the "send" op (whose other frame fields
-// are ignored).
-func decodeSendRequest(data []byte) (protocol.SendRequest, error) {
+// clientFrame is a WebSocket client frame decoded: its envelope, and its op's params (a
+// protocol.SendRequest, PositionRequest, RecallRequest or SyncParams; nil for "ping"), or
+// why they are refused. The params' error is kept apart from the envelope's because the two
+// are answered at different steps: a frame whose envelope is broken counts as no op against
+// the rate limits, one with broken params as its op.
+type clientFrame struct {
+	protocol.Frame
+	params    any
+	paramsErr error
+}
+
+// decodeClientFrame decodes a frame with one strict walk and one decode by encoding/json (of
+// the op's params; the envelope is read from the walk), where decodeFrameInTwo walks and
+// decodes the frame twice, as the envelope and then as the params: the strict check was half
+// of the cost of a small frame. The answers, errors included, are decodeFrameInTwo's word
+// for word (FuzzDecodeClientFrame holds the two to it): a frame whose envelope is refused, or
+// that the walk cannot vouch for, is left to decodeFrameInTwo, so that the rare frame with a
+// broken envelope is walked twice but every error keeps its wording.
+func decodeClientFrame(data []byte) (clientFrame, error) {
+	w := strictWalks.Get().(*strictWalk)
+	defer w.release()
+	if f, ok := w.envelope(data); ok {
+		return withParams(f, body{data: data, walked: true, members: w.members}), nil
+	}
+	return decodeFrameInTwo(data)
+}
+
+// decodeFrameInTwo decodes a frame as two objects, each with its whole strict check: the
+// envelope (decodeFrame), then the params of its op.
+func decodeFrameInTwo(data []byte) (clientFrame, error) {
+	f, err := decodeFrame(data)
+	if err != nil {
+		return clientFrame{Frame: f}, err
+	}
+	return withParams(f, bodyOf(data)), nil
+}
+
+// envelope walks data and returns its id and op, if the walk vouches for what decodeFrame
+// would answer: no fault anywhere (syntax, strict rules of the envelope), nothing after the
+// object, id and op strings (or null), and an op.
+func (w *strictWalk) envelope(data []byte) (protocol.Frame, bool) {
+	var f protocol.Frame
+	if objectStart(data) != nil || w.walk(data, nil) != nil ||
+		len(bytes.TrimLeft(data[w.dec.InputOffset():], jsonSpace)) > 0 ||
+		checkMembers(w.members, reflect.TypeFor[protocol.Frame]()) != nil {
+		return f, false
+	}
+	ok := true
+	for _, m := range w.members {
+		switch string(m.name) {
+		case "id":
+			f.ID, ok = stringMember(m)
+		case "op":
+			f.Op, ok = stringMember(m)
+		}
+		if !ok {
+			return f, false
+		}
+	}
+	return f, f.Op != ""
+}
+
+// stringMember returns the string value of m as encoding/json decodes it into a string
+// field ("" for null); ok is false for any other kind of value.
+func stringMember(m member) (s string, ok bool) {
+	switch m.kind {
+	case 'n':
+		return "", true
+	case '"':
+		if v := m.value[1 : len(m.value)-1]; bytes.IndexByte(v, '\\') < 0 {
+			return string(v), true
+		}
+		v, err := jsontext.AppendUnquote(nil, m.value)
+		return string(v), err == nil
+	}
+	return "", false
+}
+
+// withParams returns f with the params of its op decoded from b.
+func withParams(f protocol.Frame, b body) clientFrame {
+	cf := clientFrame{Frame: f}
+	switch f.Op {
+	case protocol.OpSend:
+		cf.params, cf.paramsErr = decodeSend(b)
+	case protocol.OpRead, protocol.OpDelivered:
+		cf.params, cf.paramsErr = decodePosition(b, true)
+	case protocol.OpRecall:
+		cf.params, cf.paramsErr = decodeRecall(b)
+	case protocol.OpSync:
+		cf.params, cf.paramsErr = decodeSync(b)
+	case protocol.OpPing: // no params
+	default:
+		op := f.Op
+		if len(op) > 32 {
+			op = op[:32] + "..."
+		}
+		cf.paramsErr = invalidf("unknown op %q", op)
+	}
+	return cf
+}
+
+// decodeSendRequest decodes POST /v1/messages.
+func decodeSendRequest(data []byte) (protocol.SendRequest, error) { return decodeSend(bodyOf(data)) }
+
+// decodeSend decodes a send request: the body of POST /v1/messages, or a "send" frame (whose
+// other frame fields are ignored).
+func decodeSend(b body) (protocol.SendRequest, error) {
 	var req protocol.SendRequest
-	if err := decodeObject(data, &req); err != nil {
+	if err := b.decode(&req); err != nil {
 		return req, err
 	}
 	switch {
@@ -132,24 +292,25 @@ func decodeSendRequest(data []byte) (protocol.SendRequest, error) {
 		return req, invalidf("content is required")
 	}
 	// content plus extra, measured in the request's own bytes, may not exceed the limit. They
-	// are parts of data, so only a larger body needs measuring.
-	if len(data) > protocol.MaxContentBytes {
-		var raw struct {
-			Extra json.RawMessage `json:"extra"`
-		}
-		_ = json.Unmarshal(data, &raw) // data decoded above, so this cannot fail
-		if n := len(req.Content) + len(raw.Extra); n > protocol.MaxContentBytes {
+	// are parts of the data, so only a larger body needs measuring.
+	if len(b.data) > protocol.MaxContentBytes {
+		if n := len(req.Content) + len(b.extra()); n > protocol.MaxContentBytes {
 			return req, fmt.Errorf("%w: content plus extra is %d bytes, more than %d", chat.ErrTooLarge, n, protocol.MaxContentBytes)
 		}
 	}
 	return req, nil
 }
 
-// decodePositionRequest decodes a read or delivered update. wantConv says whether conv_id
-// must be in the body (the WebSocket ops); over HTTP it is in the path.
+// decodePositionRequest decodes the body of a read or delivered update (see decodePosition).
 func decodePositionRequest(data []byte, wantConv bool) (protocol.PositionRequest, error) {
+	return decodePosition(bodyOf(data), wantConv)
+}
+
+// decodePosition decodes a read or delivered update. wantConv says whether conv_id must be
+// in the body (the WebSocket ops); over HTTP it is in the path.
+func decodePosition(b body, wantConv bool) (protocol.PositionRequest, error) {
 	var req protocol.PositionRequest
-	if err := decodeObject(data, &req); err != nil {
+	if err := b.decode(&req); err != nil {
 		return req, err
 	}
 	switch {
@@ -165,10 +326,15 @@ func decodePositionRequest(data []byte, wantConv bool) (protocol.PositionRequest
 	return req, nil
 }
 
-// decodeRecallRequest decodes POST /v1/messages/recall and the "recall" op.
+// decodeRecallRequest decodes POST /v1/messages/recall.
 func decodeRecallRequest(data []byte) (protocol.RecallRequest, error) {
+	return decodeRecall(bodyOf(data))
+}
+
+// decodeRecall decodes a recall: POST /v1/messages/recall or the "recall" op.
+func decodeRecall(b body) (protocol.RecallRequest, error) {
 	var req protocol.RecallRequest
-	if err := decodeObject(data, &req); err != nil {
+	if err := b.decode(&req); err != nil {
 		return req, err
 	}
 	switch {
@@ -181,9 +347,12 @@ func decodeRecallRequest(data []byte) (protocol.RecallRequest, error) {
 }
 
 // decodeSyncParams decodes the params of the "sync" op.
-func decodeSyncParams(data []byte) (protocol.SyncParams, error) {
+func decodeSyncParams(data []byte) (protocol.SyncParams, error) { return decodeSync(bodyOf(data)) }
+
+// decodeSync decodes the params of the "sync" op.
+func decodeSync(b body) (protocol.SyncParams, error) {
 	var p protocol.SyncParams
-	if err := decodeObject(data, &p); err != nil {
+	if err := b.decode(&p); err != nil {
 		return p, err
 	}
 	switch {

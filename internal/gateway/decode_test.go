@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -498,4 +500,51 @@ func BenchmarkDecodeLongMemberList(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzDecodeClientFrame holds decodeClientFrame (one strict walk, one decode) to
+// decodeFrameInTwo (envelope, then params, each checked and decoded whole): the same id, op,
+// params and errors, word for word, for any input.
+func FuzzDecodeClientFrame(f *testing.F) {
+	for _, s := range append(fuzzSeeds(), frameSeeds()...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := decodeClientFrame(data)
+		want, wantErr := decodeFrameInTwo(data)
+		if got.Frame != want.Frame || !reflect.DeepEqual(got.params, want.params) ||
+			errString(err) != errString(wantErr) || errString(got.paramsErr) != errString(want.paramsErr) {
+			t.Fatalf("%q:\none walk: %+v, %v\nin two:   %+v, %v", data, got, err, want, wantErr)
+		}
+		if c := statusOf(cmp.Or(err, got.paramsErr)); err != nil && c != http.StatusBadRequest && c != http.StatusRequestEntityTooLarge {
+			t.Fatalf("decode error %q maps to %d", err, c)
+		}
+	})
+}
+
+// frameSeeds are frames with faults in the envelope and the params both, in either order,
+// and frames whose envelope the walk must not vouch for.
+func frameSeeds() []string {
+	return []string{
+		`{"id":1,"op":"send","Conv_ID":"x"}`, `{"Conv_ID":"x","id":1,"op":"send"}`,
+		`{"conv_id":5,"id":1,"op":"send"}`, `{"id":"1","op":"read","conv_id":5,"seq":"x"}`,
+		`{"id":"1","op":"sync","Cursor":1,"cursor":1e300}`, `{"cursor":1e300,"id":"1","op":"sync","Limit":1}`,
+		`{"id":"1","op":"ping","Seq":1,"cursor":"x"}`, `{"id":"1","op":"ping"}  ` + "\n", `{"id":"1","op":"ping"}{}`,
+		`{"id":null,"op":"ping"}`, `{"id":"1","op":null}`, `{"i\u0064":"\u0031\n","\u006fp":"p\u0069ng"}`,
+		`{"id":"1","op":"typing","seq":1}`, `{"id":"1","op":"` + strings.Repeat("x", 40) + `"}`,
+		`{"ID":"1","op":"ping"}`, `{"id":1e300,"op":"ping"}`, `{"id":"1","op":"recall","conv_id":"c1","seq":1,"seq":2}`,
+		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":"x","extra":{"a":"b"}}`,
+		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":"` + strings.Repeat("x", protocol.MaxContentBytes-20) + `","extra":{"k":"` + strings.Repeat("y", 40) + `"}}`,
+		`{"id":"1","op":"send","conv_id":"c1","client_msg_id":"m1","content_type":1,"content":"x","extra":{"a":` + strings.Repeat("[", 40),
+		` {"id":"1", "op" : "read" , "conv_id":"c1","seq":  3 } `,
+		// keys that Unicode case folding may or may not match to a field
+		`{"ıd":"x","op":"ping"}`, `{"İd":"x","op":"ping"}`, `{"id":"1","op":"read","conv_id":"c1","ſeq":1}`,
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

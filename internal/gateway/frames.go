@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
+	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -58,35 +60,54 @@ func encodeErrorReply(id string, code int, msg string, retryAfter int) []byte {
 	return b
 }
 
-// encodeEventPush returns {"op":"event","event":ev}, the same bytes json.Marshal of a
-// protocol.PushFrame gives. It is written by hand because it runs once per recipient of
-// every message: json.Marshal would re-validate and compact the payload, which the server
-// encoded itself, each time.
-func encodeEventPush(ev *protocol.SyncEvent) ([]byte, error) {
-	data := ev.Data
+// eventHead is how every event push starts: the cursor, the one part that differs between
+// the recipients of an event, comes next.
+const eventHead = `{"op":"event","event":{"cursor":`
+
+// appendEventPush appends {"op":"event","event":ev} to dst, the same bytes json.Marshal of a
+// protocol.PushFrame gives (but for json.Marshal's HTML escaping inside the payload, which
+// the server encoded itself). It runs once per recipient of every event, so it only splices
+// ev's cursor between eventHead and the rest of the frame, which is encoded once per event
+// and shared by all the recipients of its fanout (hub.Body.Encoded).
+func appendEventPush(dst []byte, ev *hub.Event) []byte {
+	tail := ev.Encoded(encodeEventTail)
+	dst = slices.Grow(dst, len(eventHead)+20+len(tail)) // 20: the longest int64
+	dst = append(dst, eventHead...)
+	dst = strconv.AppendInt(dst, ev.Cursor, 10)
+	return append(dst, tail...)
+}
+
+// encodeEventTail returns what follows the cursor in the push frame of an event with body b.
+func encodeEventTail(b *hub.Body) []byte {
+	data := b.Data
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
-	typ, err := json.Marshal(ev.Type)
-	if err != nil {
-		return nil, err
+	out := make([]byte, 0, 50+len(b.Type)+len(b.ConvID)+len(data))
+	out = append(out, `,"type":`...)
+	out = appendJSONString(out, b.Type)
+	out = append(out, `,"conv_id":`...)
+	out = appendJSONString(out, b.ConvID)
+	out = append(out, `,"ts":`...)
+	out = strconv.AppendInt(out, b.TS, 10)
+	out = append(out, `,"data":`...)
+	out = append(out, data...)
+	return append(out, "}}"...)
+}
+
+// appendJSONString appends s as json.Marshal encodes it. Event types and conversation ids
+// need no escaping, so they are copied as they are; anything else goes through json.Marshal
+// (which escapes <, > and &, and replaces invalid UTF-8).
+func appendJSONString(dst []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always marshals
+			return append(dst, b...)
+		}
 	}
-	conv, err := json.Marshal(ev.ConvID)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 0, 80+len(typ)+len(conv)+len(data))
-	b = append(b, `{"op":"event","event":{"cursor":`...)
-	b = strconv.AppendInt(b, ev.Cursor, 10)
-	b = append(b, `,"type":`...)
-	b = append(b, typ...)
-	b = append(b, `,"conv_id":`...)
-	b = append(b, conv...)
-	b = append(b, `,"ts":`...)
-	b = strconv.AppendInt(b, ev.TS, 10)
-	b = append(b, `,"data":`...)
-	b = append(b, data...)
-	return append(b, "}}"...), nil
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // encodeErrorPush returns {"op":"error","code":code,"error":msg}, sent before a close.

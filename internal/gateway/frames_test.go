@@ -3,10 +3,12 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -98,16 +100,44 @@ func TestEncodeErrorFramesGolden(t *testing.T) {
 	}
 }
 
+// pushOf encodes the push of ev as the writer does for an event that has a body of its own.
+func pushOf(ev protocol.SyncEvent) []byte {
+	e := hub.EventOf(&ev)
+	return appendEventPush(nil, &e)
+}
+
+// TestEncodeEventPushGolden holds push frames to the bytes the encoder gave before the body
+// was encoded once per event (wanted strings captured from it), escapes included.
 func TestEncodeEventPushGolden(t *testing.T) {
-	ev := protocol.SyncEvent{Cursor: 12, Type: protocol.EventRead, ConvID: "c1", TS: 1700000000000,
-		Data: json.RawMessage(`{"user_id":"bob","read_seq":5}`)}
-	got, err := encodeEventPush(&ev)
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		ev   protocol.SyncEvent
+		want string
+	}{
+		{protocol.SyncEvent{Cursor: 12, Type: protocol.EventRead, ConvID: "c1", TS: 1700000000000, Data: json.RawMessage(`{"user_id":"bob","read_seq":5}`)},
+			"{\"op\":\"event\",\"event\":{\"cursor\":12,\"type\":\"read\",\"conv_id\":\"c1\",\"ts\":1700000000000,\"data\":{\"user_id\":\"bob\",\"read_seq\":5}}}"},
+		{protocol.SyncEvent{Cursor: 9007199254740991, Type: protocol.EventMessage, ConvID: "g_vqtax", TS: -1, Data: json.RawMessage(`{"seq":1,"content":"<b>&</b> \u2028"}`)},
+			"{\"op\":\"event\",\"event\":{\"cursor\":9007199254740991,\"type\":\"message\",\"conv_id\":\"g_vqtax\",\"ts\":-1,\"data\":{\"seq\":1,\"content\":\"<b>&</b> \\u2028\"}}}"},
+		{protocol.SyncEvent{Cursor: 0, Type: protocol.EventRecall},
+			"{\"op\":\"event\",\"event\":{\"cursor\":0,\"type\":\"recall\",\"conv_id\":\"\",\"ts\":0,\"data\":null}}"},
+		{protocol.SyncEvent{Cursor: -3, Type: "t\"<>&\u2028é", ConvID: "c\\\x01\xff", TS: 5, Data: json.RawMessage(`[]`)},
+			"{\"op\":\"event\",\"event\":{\"cursor\":-3,\"type\":\"t\\\"\\u003c\\u003e\\u0026\\u2028é\",\"conv_id\":\"c\\\\\\u0001\\ufffd\",\"ts\":5,\"data\":[]}}"},
+	} {
+		if got := pushOf(tt.ev); string(got) != tt.want {
+			t.Errorf("got  %s\nwant %s", got, tt.want)
+		}
 	}
-	want := `{"op":"event","event":{"cursor":12,"type":"read","conv_id":"c1","ts":1700000000000,"data":{"user_id":"bob","read_seq":5}}}`
-	if string(got) != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
+}
+
+// TestEncodeEventPushShared holds the pushes of a fanout, which share one body, each to the
+// frame of an event of its own: only the cursor differs.
+func TestEncodeEventPushShared(t *testing.T) {
+	body := &hub.Body{Type: protocol.EventMessage, ConvID: "g_x", TS: 7, Data: json.RawMessage(`{"seq":3}`)}
+	for _, cursor := range []int64{5, 1, 123456789, 5} {
+		ev := hub.Event{Cursor: cursor, Body: body}
+		got, want := appendEventPush([]byte("x"), &ev), pushOf(protocol.SyncEvent{Cursor: cursor, Type: body.Type, ConvID: body.ConvID, TS: body.TS, Data: body.Data})
+		if string(got) != "x"+string(want) {
+			t.Fatalf("cursor %d: got %s, want x%s", cursor, got, want)
+		}
 	}
 }
 
@@ -115,24 +145,19 @@ func BenchmarkEncodeEventPush(b *testing.B) {
 	ev := protocol.SyncEvent{Cursor: 12, Type: protocol.EventMessage, ConvID: "c1", TS: 1700000000000,
 		Data: json.RawMessage(`{"conv_id":"c1","seq":5,"msg_id":"m","client_msg_id":"c","sender_id":"a","content_type":1,"content":{"text":"hello"},"extra":null,"created_at":1,"recalled":false}`)}
 	for b.Loop() {
-		if _, err := encodeEventPush(&ev); err != nil {
-			b.Fatal(err)
-		}
+		pushOf(ev)
 	}
 }
 
-// BenchmarkDecodeSendFrame measures the decode of the hottest client frame: the envelope,
-// then the send params.
+// BenchmarkDecodeSendFrame measures the decode of the hottest client frame: the envelope
+// and the send params.
 func BenchmarkDecodeSendFrame(b *testing.B) {
 	frame := []byte(`{"id":"42","op":"send","conv_id":"d_cqnezuscwz7if3puu6f3iggubi","client_msg_id":"0b1c2d3e-4f50-4617-8a9b-0c1d2e3f4a5b","content_type":1,"content":{"text":"hello, world"}}`)
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		f, err := decodeFrame(frame)
-		if err != nil || f.Op != protocol.OpSend {
+		f, err := decodeClientFrame(frame)
+		if err != nil || f.Op != protocol.OpSend || f.paramsErr != nil {
 			b.Fatal(f, err)
-		}
-		if _, err := decodeSendRequest(frame); err != nil {
-			b.Fatal(err)
 		}
 	}
 }
@@ -174,13 +199,41 @@ func TestEncodeEventPushMatchesMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := encodeEventPush(&ev)
+		got := pushOf(ev)
 		var g, w any
-		if err == nil {
-			err = errors.Join(json.Unmarshal(got, &g), json.Unmarshal(want, &w))
-		}
+		err = errors.Join(json.Unmarshal(got, &g), json.Unmarshal(want, &w))
 		if err != nil || !reflect.DeepEqual(g, w) {
-			t.Fatalf("encodeEventPush = %s, %v\njson.Marshal   = %s", got, err, want)
+			t.Fatalf("appendEventPush = %s, %v\njson.Marshal    = %s", got, err, want)
 		}
 	}
+}
+
+// BenchmarkEncodeGroupPush measures the push frames of one group message to each of its
+// recipients: the same message (one body, as chat publishes it), each with its own cursor.
+func BenchmarkEncodeGroupPush(b *testing.B) {
+	for _, n := range []int{1, 500} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			data := json.RawMessage(`{"conv_id":"g_vqtaxwm7dpudbb3ic2p3ozyqxe","seq":5,"msg_id":"m_abthxvebofjygh73cxoqepd6w4","client_msg_id":"0b1c2d3e-4f50-4617-8a9b-0c1d2e3f4a5b","sender_id":"alice","content_type":1,"content":{"text":"hello, world"},"extra":null,"created_at":1795999091134,"recalled":false}`)
+			for b.Loop() {
+				body := &hub.Body{Type: protocol.EventMessage, ConvID: "g_vqtaxwm7dpudbb3ic2p3ozyqxe", TS: 1795999091134, Data: data}
+				for i := range n {
+					ev := hub.Event{Cursor: int64(1000 + i), Body: body}
+					appendEventPush(nil, &ev)
+				}
+			}
+		})
+	}
+}
+
+// FuzzAppendJSONString holds the event encoder's string quoting to json.Marshal's bytes.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "message", "g_vqtax", "<&>", "a\"b\\c", "\x00\x1f\x7f", "é\u2028\u2029", "\xff\xc3("} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Fatalf("%q: got %s, want x%s", s, got, want)
+		}
+	})
 }

@@ -33,19 +33,115 @@ import (
 // case, integer and list rules. A broken rule is an error wrapping chat.ErrInvalid; malformed
 // JSON is returned as jsontext's error, for decodeObject to word.
 func checkStrict(data []byte, t reflect.Type) error {
-	dec := strictDecoders.Get().(*jsontext.Decoder)
-	defer func() {
-		dec.Reset(http.NoBody) // let go of data before the decoder waits in the pool
-		strictDecoders.Put(dec)
-	}()
+	w := strictWalks.Get().(*strictWalk)
+	defer w.release()
+	return w.verdict(data, t, w.walk(data, t))
+}
+
+// strictWalk is one walk of checkStrict over a JSON object: the jsontext decoder, and the
+// top-level members it met. The rules that depend on the request type (field names, their
+// integers) are applied to the members after the walk, by checkMembers, so that a WebSocket
+// frame can be walked once before its op says which type its params have.
+type strictWalk struct {
+	dec     jsontext.Decoder
+	members []member
+}
+
+// member is one top-level member of the object, as far as the walk read it.
+type member struct {
+	name  []byte        // unquoted
+	kind  jsontext.Kind // the value's kind; 0 if the walk stopped before the value
+	value []byte        // the value's bytes in the data, once read whole (else nil)
+}
+
+// strictWalks recycles checkStrict's walks. The check runs on every request and frame; a
+// fresh decoder and its sets of names cost more than the check itself.
+var strictWalks = sync.Pool{New: func() any { return new(strictWalk) }}
+
+// release lets go of the data before the walk waits in the pool.
+func (w *strictWalk) release() {
+	w.dec.Reset(http.NoBody)
+	clear(w.members)
+	w.members = w.members[:0]
+	strictWalks.Put(w)
+}
+
+// walk reads the object data and records its top-level members. It stops at the first
+// syntax error and at the depth rule; with t not nil it also enforces the list rule on t's
+// list fields as it goes (so that the rest of a list too long is never read). t nil means
+// the type is not known yet: lists are then walked like any value.
+func (w *strictWalk) walk(data []byte, t reflect.Type) error {
+	dec := &w.dec
+	w.members = w.members[:0]
 	dec.Reset(bytes.NewBuffer(data))
-	_, err := dec.ReadToken() // the body's '{'
+	tok, err := dec.ReadToken()
+	if err == nil && tok.Kind() != '{' {
+		return invalidf("body must be a JSON object")
+	}
+	start := int64(0) // where the current member's object or array value begins
 	for err == nil && dec.StackDepth() > 0 {
-		if dec.StackDepth() == 1 {
-			err = checkMember(dec, t)
-		} else {
+		if dec.StackDepth() > 1 {
 			err = checkNested(dec)
+			if err == nil && dec.StackDepth() == 1 { // the member's object or array ended
+				w.members[len(w.members)-1].value = data[start:dec.InputOffset()]
+			}
+			continue
 		}
+		start, err = w.member(data, t)
+	}
+	return err
+}
+
+// member reads one member of the object (or its closing '}'): the name, then the value if
+// it is a scalar or a list field of t, or else the value's opening token (walk reads the
+// rest). It returns the offset at which an object or array value begins.
+func (w *strictWalk) member(data []byte, t reflect.Type) (int64, error) {
+	dec := &w.dec
+	if dec.PeekKind() == '}' {
+		_, err := dec.ReadToken()
+		return 0, err
+	}
+	quoted, err := dec.ReadValue()
+	if err != nil {
+		return 0, err
+	}
+	name := span(data, dec, len(quoted))
+	name = name[1 : len(name)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		name, _ = jsontext.AppendUnquote(nil, quoted) // the decoder has validated it
+	}
+	w.members = append(w.members, member{name: name, kind: dec.PeekKind()})
+	m := &w.members[len(w.members)-1]
+	var field jsonField
+	if m.kind == '[' && t != nil {
+		field = fieldOf(t, name)
+	}
+	switch {
+	case isList(field.Type):
+		return 0, checkList(dec, field.Name)
+	case m.kind == '{' || m.kind == '[':
+		err := checkNested(dec) // enters the value: depth 2
+		return dec.InputOffset() - 1, err
+	}
+	v, err := dec.ReadValue()
+	if err == nil {
+		m.value = span(data, dec, len(v))
+	}
+	return 0, err
+}
+
+// span returns the n bytes of data that dec has just read.
+func span(data []byte, dec *jsontext.Decoder, n int) []byte {
+	end := dec.InputOffset()
+	return data[end-int64(n) : end]
+}
+
+// verdict returns checkStrict's answer for data after a walk that ended with err: the first
+// member that breaks a rule of t (which the walk, stopping there, would have met first),
+// else err, worded when it is a rule of checkStrict's (UTF-8, duplicate keys).
+func (w *strictWalk) verdict(data []byte, t reflect.Type, err error) error {
+	if rule := checkMembers(w.members, t); rule != nil {
+		return rule
 	}
 	var se *jsontext.SyntacticError
 	switch {
@@ -61,41 +157,20 @@ func checkStrict(data []byte, t reflect.Type) error {
 	return err
 }
 
-// strictDecoders recycles checkStrict's decoders. The check runs on every request and frame
-// (twice per WebSocket frame: envelope, then params); a fresh decoder and its sets of names
-// cost more than the check itself.
-var strictDecoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
-
-// checkMember reads one member of the body object (or its closing '}'): the name, then the
-// value if it is a scalar or a list field, or else the value's opening token: checkNested
-// walks the rest.
-func checkMember(dec *jsontext.Decoder, t reflect.Type) error {
-	if dec.PeekKind() == '}' {
-		_, err := dec.ReadToken()
-		return err
-	}
-	name, err := dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	field, err := knownField(t, name)
-	if err != nil {
-		return err
-	}
-	switch kind := dec.PeekKind(); {
-	case kind == '[' && field.Type != nil && isList(field.Type):
-		return checkList(dec, field.Name)
-	case kind == '{' || kind == '[':
-		return checkNested(dec) // enters the value: depth 2
-	case kind == '0':
-		v, err := dec.ReadValue()
-		if err == nil && field.Type != nil && !safeInteger(v) {
+// checkMembers applies the rules of struct type t to the members a walk met, in order: no
+// key that differs from a field's name only in case, and the fields' integers within
+// ±(2^53-1).
+func checkMembers(members []member, t reflect.Type) error {
+	for _, m := range members {
+		field, err := knownField(t, m.name)
+		if err != nil {
+			return err
+		}
+		if m.kind == '0' && m.value != nil && field.Type != nil && !safeInteger(m.value) {
 			return invalidf("field %q is beyond 2^53-1 (%d), the largest integer every JSON client holds exactly", field.Name, protocol.MaxSafeInteger)
 		}
-		return err
 	}
-	_, err = dec.ReadValue()
-	return err
+	return nil
 }
 
 // checkList reads the list value of field, refusing it as soon as it has more than
@@ -135,14 +210,10 @@ type jsonField struct {
 	Type reflect.Type
 }
 
-// knownField returns the field of struct type t that the quoted JSON name selects, and an
+// knownField returns the field of struct type t that the JSON name selects, and an
 // error if the name differs from a field's name only in case: encoding/json would silently
 // use it for that field.
-func knownField(t reflect.Type, quoted jsontext.Value) (jsonField, error) {
-	name := []byte(quoted[1 : len(quoted)-1])
-	if bytes.IndexByte(name, '\\') >= 0 {
-		name, _ = jsontext.AppendUnquote(nil, quoted) // the decoder has validated it
-	}
+func knownField(t reflect.Type, name []byte) (jsonField, error) {
 	for _, f := range jsonFieldsOf(t) {
 		if string(name) == f.Name {
 			return f, nil
@@ -152,6 +223,12 @@ func knownField(t reflect.Type, quoted jsontext.Value) (jsonField, error) {
 		}
 	}
 	return jsonField{}, nil
+}
+
+// fieldOf returns the field of struct type t that name selects (Type nil if none).
+func fieldOf(t reflect.Type, name []byte) jsonField {
+	f, _ := knownField(t, name)
+	return f
 }
 
 // jsonFields caches jsonFieldsOf: parsing struct tags for every key of every request cost
@@ -179,10 +256,20 @@ func jsonFieldsOf(t reflect.Type) []jsonField {
 	return fs
 }
 
-// isList reports whether a field of type t holds a list (json.RawMessage is a slice too, but
+// hasList reports whether struct type t has a list field.
+func hasList(t reflect.Type) bool {
+	for _, f := range jsonFieldsOf(t) {
+		if isList(f.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// isList reports whether a field of type t (nil for no field) holds a list (json.RawMessage is a slice too, but
 // holds any JSON value).
 func isList(t reflect.Type) bool {
-	return t.Kind() == reflect.Slice && t != reflect.TypeFor[json.RawMessage]()
+	return t != nil && t.Kind() == reflect.Slice && t != reflect.TypeFor[json.RawMessage]()
 }
 
 // safeInteger reports whether the JSON number v is within ±(2^53-1). Fractions are left to

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -382,7 +383,7 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 			out = encodeErrorReply(id, 500, "internal error", 0)
 		}
 	}()
-	f, err := decodeFrame(data)
+	f, err := decodeClientFrame(data)
 	id = f.ID
 	if lerr := c.g.allow(c.me, f.Op == protocol.OpSend); lerr != nil {
 		err = lerr
@@ -390,7 +391,7 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	var result any
 	if err == nil {
 		err = c.g.weighed(c.ctx, c.me, true, func(ctx context.Context) (err error) {
-			result, err = c.dispatch(ctx, f.Op, data)
+			result, err = c.dispatch(ctx, f)
 			return err
 		})
 	}
@@ -406,52 +407,38 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	return encodeErrorReply(id, code, errorMessage(err, code), retryAfterOf(err))
 }
 
-// dispatch runs one op (section 9) and returns its result.
-func (c *wsConn) dispatch(ctx context.Context, op string, data []byte) (any, error) {
+// dispatch runs one op (section 9) with the params decodeClientFrame decoded, and returns
+// its result. Params refused are answered here, after the limits, as an op's own error.
+func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
+	if f.paramsErr != nil {
+		return nil, f.paramsErr
+	}
 	svc, me := c.g.svc, c.me
-	switch op {
-	case protocol.OpSend:
-		req, err := decodeSendRequest(data)
-		if err != nil {
-			return nil, err
-		}
-		ack, err := svc.Send(ctx, me, req)
+	switch p := f.params.(type) {
+	case protocol.SendRequest:
+		ack, err := svc.Send(ctx, me, p)
 		ack.Code = 0
 		return ack, err
-	case protocol.OpRead, protocol.OpDelivered:
-		req, err := decodePositionRequest(data, true)
-		if err != nil {
-			return nil, err
-		}
-		if op == protocol.OpRead {
-			n, err := svc.MarkRead(ctx, me, req.ConvID, *req.Seq)
+	case protocol.PositionRequest:
+		if f.Op == protocol.OpRead {
+			n, err := svc.MarkRead(ctx, me, p.ConvID, *p.Seq)
 			return protocol.ReadPosition{ReadSeq: n}, err
 		}
-		n, err := svc.MarkDelivered(ctx, me, req.ConvID, *req.Seq)
+		n, err := svc.MarkDelivered(ctx, me, p.ConvID, *p.Seq)
 		return protocol.DeliveredPosition{DeliveredSeq: n}, err
-	case protocol.OpRecall:
-		req, err := decodeRecallRequest(data)
-		if err != nil {
-			return nil, err
-		}
-		return empty{}, svc.Recall(ctx, me, req.ConvID, *req.Seq)
-	case protocol.OpSync:
-		p, err := decodeSyncParams(data)
-		if err != nil {
-			return nil, err
-		}
+	case protocol.RecallRequest:
+		return empty{}, svc.Recall(ctx, me, p.ConvID, *p.Seq)
+	case protocol.SyncParams:
 		resp, err := svc.Sync(ctx, me, *p.Cursor, min(p.Limit, protocol.MaxSyncLimit), 0)
 		if resp.Events == nil {
 			resp.Events = []protocol.SyncEvent{}
 		}
 		return resp, err
-	case protocol.OpPing:
-		return pong{Op: protocol.OpPong}, nil
 	}
-	if len(op) > 32 {
-		op = op[:32] + "..."
+	if f.Op != protocol.OpPing { // the one op without params
+		return nil, fmt.Errorf("gateway: op %q decoded but not dispatched", f.Op)
 	}
-	return nil, invalidf("unknown op %q", op)
+	return pong{Op: protocol.OpPong}, nil
 }
 
 // ---- writer ----
@@ -475,7 +462,7 @@ func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
 		case b := <-c.replies:
 			err = c.write(b)
 		case ev := <-sub.Events():
-			if !c.deliver(sub, *ev, &last) {
+			if !c.deliver(sub, ev, &last) {
 				return
 			}
 		case <-sub.Done():
@@ -519,7 +506,7 @@ func (c *wsConn) finish() {
 
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
-func (c *wsConn) deliver(sub *hub.Subscription, ev protocol.SyncEvent, last *int64) bool {
+func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool {
 	if ev.Cursor <= *last {
 		return true
 	}
@@ -536,7 +523,7 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev protocol.SyncEvent, last *int
 		c.close(websocket.CloseInternalServerErr, "internal error", nil)
 		return false
 	}
-	if !c.push(&ev) {
+	if !c.push(ev) {
 		return false
 	}
 	*last = ev.Cursor
@@ -557,11 +544,11 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			return false
 		}
 		for i := range resp.Events {
-			ev := &resp.Events[i]
-			if ev.Cursor <= *last {
+			if resp.Events[i].Cursor <= *last {
 				continue
 			}
-			if !c.subscribed(sub) || !c.push(ev) {
+			ev := hub.EventOf(&resp.Events[i]) // a body of its own: this user's log
+			if !c.subscribed(sub) || !c.push(&ev) {
 				return false
 			}
 			*last = ev.Cursor
@@ -600,15 +587,18 @@ func drain(sub *hub.Subscription) int64 {
 	}
 }
 
+// pushBuffers recycles the buffers push frames are built in: a 500-member group message
+// would otherwise leave 500 copies of its frame to the garbage collector.
+var pushBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledPush is the largest buffer kept in pushBuffers, so that one very large frame does
+// not stay cached: a frame of a message at the 64 KiB content limit fits.
+const maxPooledPush = 128 << 10
+
 // push writes one event, after any replies already queued (so that a long catch-up does
 // not hold them back until the reply queue overflows).
-func (c *wsConn) push(ev *protocol.SyncEvent) bool {
-	b, err := encodeEventPush(ev)
-	if err != nil {
-		c.g.log.Error("gateway: encode event", "user", c.me.UserID, "cursor", ev.Cursor, "err", err)
-		c.close(websocket.CloseInternalServerErr, "internal error", nil)
-		return false
-	}
+func (c *wsConn) push(ev *hub.Event) bool {
+	var err error
 	for queued := true; queued && err == nil; {
 		select {
 		case r := <-c.replies:
@@ -618,7 +608,12 @@ func (c *wsConn) push(ev *protocol.SyncEvent) bool {
 		}
 	}
 	if err == nil {
-		err = c.write(b)
+		buf := pushBuffers.Get().(*[]byte)
+		*buf = appendEventPush((*buf)[:0], ev)
+		err = c.write(*buf) // gorilla has copied or sent the frame when it returns
+		if cap(*buf) <= maxPooledPush {
+			pushBuffers.Put(buf)
+		}
 	}
 	if err != nil || c.closing() {
 		c.close(CloseTooSlow, "write failed", nil)

@@ -5,11 +5,46 @@
 package hub
 
 import (
+	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"sync"
 
 	"github.com/parleychat/parley/protocol"
 )
+
+// Event is a committed sync event as the hub hands it to one user's subscribers: its cursor
+// in that user's log, and the rest of it, which every recipient of one fanout (a message to
+// each member of a group) shares.
+type Event struct {
+	Cursor int64
+	*Body
+}
+
+// Body is an event apart from its cursor. A subscriber that turns it into bytes (the
+// WebSocket push frame) does so once for all the recipients of a fanout, through Encoded.
+// Neither the publisher nor subscribers may modify it once published.
+type Body struct {
+	Type   string
+	ConvID string
+	TS     int64
+	Data   json.RawMessage
+
+	once    sync.Once // guards encoded
+	encoded []byte
+}
+
+// Encoded returns encode(b), calling encode only for the first caller: the others get the
+// same bytes, which they must not modify. Every caller must pass the same encoding.
+func (b *Body) Encoded(encode func(*Body) []byte) []byte {
+	b.once.Do(func() { b.encoded = encode(b) })
+	return b.encoded
+}
+
+// EventOf returns ev as an Event with a Body of its own.
+func EventOf(ev *protocol.SyncEvent) Event {
+	return Event{Cursor: ev.Cursor, Body: &Body{Type: ev.Type, ConvID: ev.ConvID, TS: ev.TS, Data: ev.Data}}
+}
 
 // Reasons a subscription ends.
 var (
@@ -22,21 +57,44 @@ var (
 )
 
 // Hub routes events to subscriptions by user. The zero value is not usable; call New.
+//
+// Users are spread over shards, each with its own lock, so that the publishes of concurrent
+// sends (one per member of each conversation) and the subscribes and closes of connecting
+// clients do not all queue on one mutex (BenchmarkPublishFanout).
 type Hub struct {
+	seed   maphash.Seed // of shardOf's hash
+	shards [hubShards]shard
+}
+
+// hubShards is how many shards a hub has: a power of two, well above the number of cores.
+const hubShards = 64
+
+// shard holds the subscriptions of the users whose id hashes to it.
+type shard struct {
 	mu   sync.Mutex // guards subs
 	subs map[string]map[*Subscription]struct{}
+	_    [64 - 16]byte // a shard to a cache line: neighbouring locks do not contend
 }
 
 // New returns an empty hub.
 func New() *Hub {
-	return &Hub{subs: make(map[string]map[*Subscription]struct{})}
+	h := &Hub{seed: maphash.MakeSeed()}
+	for i := range h.shards {
+		h.shards[i].subs = make(map[string]map[*Subscription]struct{})
+	}
+	return h
+}
+
+// shardOf returns the shard of userID.
+func (h *Hub) shardOf(userID string) *shard {
+	return &h.shards[maphash.String(h.seed, userID)%hubShards]
 }
 
 // Subscription receives the events published for one user after it was created.
 type Subscription struct {
-	hub    *Hub
+	shard  *shard
 	userID string
-	ch     chan *protocol.SyncEvent
+	ch     chan *Event
 	done   chan struct{}
 
 	mu  sync.Mutex // guards err; done is closed exactly once, when err is set
@@ -48,15 +106,16 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 	if buffer < 1 {
 		buffer = 1
 	}
-	s := &Subscription{hub: h, userID: userID, ch: make(chan *protocol.SyncEvent, buffer), done: make(chan struct{})}
-	h.mu.Lock()
-	m := h.subs[userID]
+	sh := h.shardOf(userID)
+	s := &Subscription{shard: sh, userID: userID, ch: make(chan *Event, buffer), done: make(chan struct{})}
+	sh.mu.Lock()
+	m := sh.subs[userID]
 	if m == nil {
 		m = make(map[*Subscription]struct{})
-		h.subs[userID] = m
+		sh.subs[userID] = m
 	}
 	m[s] = struct{}{}
-	h.mu.Unlock()
+	sh.mu.Unlock()
 	return s
 }
 
@@ -64,18 +123,19 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 // It never blocks: a subscription without room is ended with ErrOverflow. Subscribers
 // receive pointers into events, shared among them: neither they nor the caller may modify
 // the events afterwards. (Pointers keep an idle subscription's buffer small: 8 bytes a slot.)
-func (h *Hub) Publish(userID string, events []protocol.SyncEvent) {
+func (h *Hub) Publish(userID string, events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs[userID] {
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for s := range sh.subs[userID] {
 		for i := range events {
 			select {
 			case s.ch <- &events[i]:
 			default:
-				h.endLocked(s, ErrOverflow)
+				sh.endLocked(s, ErrOverflow)
 			}
 		}
 	}
@@ -83,33 +143,37 @@ func (h *Hub) Publish(userID string, events []protocol.SyncEvent) {
 
 // Kick ends every subscription of userID with ErrKicked.
 func (h *Hub) Kick(userID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs[userID] {
-		h.endLocked(s, ErrKicked)
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for s := range sh.subs[userID] {
+		sh.endLocked(s, ErrKicked)
 	}
 }
 
 // Subscribers returns how many subscriptions are open, for metrics.
 func (h *Hub) Subscribers() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := 0
-	for _, m := range h.subs {
-		n += len(m)
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		for _, m := range sh.subs {
+			n += len(m)
+		}
+		sh.mu.Unlock()
 	}
 	return n
 }
 
-// endLocked removes s and records why. h.mu must be held.
-func (h *Hub) endLocked(s *Subscription, err error) {
-	m := h.subs[s.userID]
+// endLocked removes s and records why. sh.mu must be held.
+func (sh *shard) endLocked(s *Subscription, err error) {
+	m := sh.subs[s.userID]
 	if _, ok := m[s]; !ok {
 		return
 	}
 	delete(m, s)
 	if len(m) == 0 {
-		delete(h.subs, s.userID)
+		delete(sh.subs, s.userID)
 	}
 	s.mu.Lock()
 	s.err = err
@@ -118,7 +182,7 @@ func (h *Hub) endLocked(s *Subscription, err error) {
 }
 
 // Events delivers the published events in publish order.
-func (s *Subscription) Events() <-chan *protocol.SyncEvent { return s.ch }
+func (s *Subscription) Events() <-chan *Event { return s.ch }
 
 // Done is closed when the subscription ends; Err then says why. Events already buffered
 // stay readable from Events.
@@ -133,7 +197,7 @@ func (s *Subscription) Err() error {
 
 // Close ends the subscription with ErrClosed. It is safe to call more than once.
 func (s *Subscription) Close() {
-	s.hub.mu.Lock()
-	s.hub.endLocked(s, ErrClosed)
-	s.hub.mu.Unlock()
+	s.shard.mu.Lock()
+	s.shard.endLocked(s, ErrClosed)
+	s.shard.mu.Unlock()
 }
