@@ -1,11 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -116,7 +116,12 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		return nil, tooLarge
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	// A declared length sizes the buffer once: io.ReadAll's doubling copies a 1 MiB body
+	// about 20 times (the length is at most MaxBodyBytes here, and a body longer than it
+	// declares is refused by net/http).
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	body := buf.Bytes()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
