@@ -19,6 +19,12 @@ const (
 	defaultRestartFrames = 16384
 )
 
+// restartWait is how long a RESTART checkpoint, with the writer paused, waits for readers
+// of the old log (the checkpointer connection's busy_timeout, in place of
+// Options.BusyTimeout). A reader that holds its snapshot longer stalls no write: the
+// RESTART gives up, the writer resumes, and the next wake tries again.
+const restartWait = 100 * time.Millisecond
+
 // checkpointer copies the WAL back into the database file on its own connection and
 // goroutine. SQLite's automatic checkpoint would do it inside the writer's COMMIT, where
 // every caller of the batch, and every batch queued behind it, waits for the copy and its
@@ -30,8 +36,9 @@ const (
 // wholly copied, and a writer that never pauses always began its batch before the copy
 // ended: the log would grow without end. So once a checkpoint finds restartFrames frames
 // or more in the log, the checkpointer pauses the writer between batches (writerMu) and
-// runs a RESTART checkpoint, which copies the rest and waits for readers of the old log;
-// the next commit then starts the log over (and journal_size_limit truncates its file).
+// runs a RESTART checkpoint, which copies the rest and waits (restartWait at most) for
+// readers of the old log; the next commit then starts the log over (and
+// journal_size_limit truncates its file).
 // Left to SQLite's lock alone, the RESTART would poll for the write lock with sleeps and
 // lose the race to the writer, which takes it again at once.
 type checkpointer struct {
@@ -40,12 +47,14 @@ type checkpointer struct {
 	wake          chan struct{} // capacity 1: a wake sent during a checkpoint is kept, more are merged
 	done          chan struct{} // closed when run returns
 	restartFrames int
+	restartAt     int // the log's size in frames that calls for the next RESTART
 	onCheckpoint  func(checkpointRun)
 }
 
 // checkpointRun describes one background checkpoint, for Options.onCheckpoint.
 type checkpointRun struct {
 	Restart bool          // a RESTART checkpoint, run because the WAL reached its bound
+	Busy    bool          // it could not finish: a reader or another process held the log
 	Frames  int           // frames in the WAL when it ran
 	Copied  int           // frames of them that are now in the database file
 	Took    time.Duration // how long it ran
@@ -54,7 +63,9 @@ type checkpointRun struct {
 
 // openCheckpointer opens the checkpointer's connection and starts its goroutine.
 func openCheckpointer(ctx context.Context, path string, opts Options, writerMu *sync.Mutex) (*checkpointer, error) {
-	db, err := sql.Open("sqlite", dsn(path, opts, "cache_size(-2048)"))
+	own := opts
+	own.BusyTimeout = restartWait
+	db, err := sql.Open("sqlite", dsn(path, own, "cache_size(-2048)"))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -68,6 +79,7 @@ func openCheckpointer(ctx context.Context, path string, opts Options, writerMu *
 		wake:          make(chan struct{}, 1),
 		done:          make(chan struct{}),
 		restartFrames: opts.restartFrames,
+		restartAt:     opts.restartFrames,
 		onCheckpoint:  opts.onCheckpoint,
 	}
 	go c.run()
@@ -87,7 +99,7 @@ func (c *checkpointer) run() {
 	defer close(c.done)
 	for range c.wake {
 		cp := c.checkpoint("PASSIVE")
-		if cp.Err == nil && cp.Frames >= c.restartFrames {
+		if cp.Err == nil && cp.Frames >= c.restartAt {
 			cp = c.restart()
 		}
 		if c.onCheckpoint != nil {
@@ -96,19 +108,26 @@ func (c *checkpointer) run() {
 	}
 }
 
-// restart runs a RESTART checkpoint with the writer paused between batches.
+// restart runs a RESTART checkpoint with the writer paused between batches. If a reader
+// made it give up, the next try waits for restartFrames more frames, so that a reader
+// holding its snapshot for long pauses the writer once per restartFrames frames, not at
+// every wake.
 func (c *checkpointer) restart() checkpointRun {
 	c.writerMu.Lock()
-	defer c.writerMu.Unlock()
-	return c.checkpoint("RESTART")
+	cp := c.checkpoint("RESTART")
+	c.writerMu.Unlock()
+	c.restartAt = c.restartFrames
+	if cp.Busy || cp.Err != nil {
+		c.restartAt = cp.Frames + c.restartFrames
+	}
+	return cp
 }
 
 // checkpoint runs one wal_checkpoint in mode and reports it.
 func (c *checkpointer) checkpoint(mode string) checkpointRun {
 	cp := checkpointRun{Restart: mode == "RESTART"}
 	start := time.Now()
-	var busy int
-	err := c.db.QueryRow("PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &cp.Frames, &cp.Copied)
+	err := c.db.QueryRow("PRAGMA wal_checkpoint("+mode+")").Scan(&cp.Busy, &cp.Frames, &cp.Copied)
 	cp.Took = time.Since(start)
 	if err != nil {
 		cp.Err = translate(err, "checkpoint")

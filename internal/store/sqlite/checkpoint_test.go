@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/parleychat/parley/internal/store"
 )
@@ -151,4 +153,68 @@ func TestCloseStopsCheckpointer(t *testing.T) {
 	default:
 		t.Error("the checkpointer's goroutine is still running after Close")
 	}
+}
+
+// TestHeldSnapshotStallsNoWrite holds a View's snapshot open while the writer passes the
+// restart bound again and again: each RESTART, which pauses the writer, must give up
+// after restartWait rather than wait for the reader for as long as BusyTimeout allows.
+func TestHeldSnapshotStallsNoWrite(t *testing.T) {
+	const busyTimeout = time.Minute
+	var mu sync.Mutex
+	var restarts, busy int
+	s := openTest(t, Options{BusyTimeout: busyTimeout, checkpointFrames: 200, restartFrames: 1000,
+		onCheckpoint: func(r checkpointRun) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r.Restart {
+				restarts++
+				if r.Busy {
+					busy++
+				}
+			}
+		}})
+	var wait int64
+	if err := s.ckpt.db.QueryRow("PRAGMA busy_timeout").Scan(&wait); err != nil || wait != restartWait.Milliseconds() {
+		t.Fatalf("checkpointer's busy_timeout = %d ms, %v; want %d", wait, err, restartWait.Milliseconds())
+	}
+	// A frame in the log, so that the View's snapshot holds a mark on it.
+	if err := s.Update(t.Context(), func(tx store.Tx) error {
+		return tx.CreateUser(t.Context(), store.User{ID: "alice"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	release, viewDone := holdView(t, s)
+	start := time.Now()
+	sendBig(t, s, 8, 25) // 3,400 frames: several RESTARTs
+	if took := time.Since(start); took >= busyTimeout/2 {
+		t.Errorf("the writes took %v with a snapshot held: a RESTART waited for the reader", took)
+	}
+	close(release)
+	if err := <-viewDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if restarts == 0 || busy == 0 {
+		t.Errorf("%d RESTART checkpoints, %d of them busy; want the held snapshot to make some busy", restarts, busy)
+	}
+	if busy > 3400/1000+1 {
+		t.Errorf("%d busy RESTART checkpoints, each pausing the writer; want one per 1,000 frames at most", busy)
+	}
+}
+
+// holdView starts a View that reads, then holds its snapshot until release is closed, and
+// returns once the snapshot is taken.
+func holdView(t *testing.T, s *Store) (release chan struct{}, done <-chan error) {
+	t.Helper()
+	return holdInside(t, "the View's snapshot", func(inside func()) error {
+		return s.View(t.Context(), func(tx store.ReadTx) error {
+			_, err := tx.User(t.Context(), "nobody") // takes the snapshot
+			inside()
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+	})
 }
