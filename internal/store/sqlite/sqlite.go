@@ -7,7 +7,9 @@
 // one transaction, each inside its own savepoint, and commits them with a single fsync.
 // Under load many sends share one disk sync instead of queueing for one each, and a
 // failing fn still undoes only its own writes. Reads run on a separate pool of query-only
-// connections beside the writer (WAL mode), each View on one snapshot.
+// connections beside the writer (WAL mode), each View on one snapshot. A third connection,
+// the checkpointer, copies the write-ahead log into the database file on its own
+// goroutine, so that no commit does (see checkpointer).
 //
 // The backend only stores rows: chat rules live in package chat.
 package sqlite
@@ -54,6 +56,12 @@ type Options struct {
 	// calls it carried and the time from BEGIN to the end of COMMIT, for metrics. It runs
 	// on the writer goroutine, so it must be quick and must not call the Store.
 	OnCommit func(batch int, d time.Duration)
+
+	// checkpointFrames and restartFrames are the checkpointer's thresholds (see
+	// checkpointer); zero selects the defaults. Tests lower them.
+	checkpointFrames, restartFrames int
+	// onCheckpoint, if set, is called on the checkpointer's goroutine after each wake.
+	onCheckpoint func(checkpointRun)
 }
 
 // withDefaults validates o and fills in its defaults.
@@ -73,12 +81,19 @@ func (o Options) withDefaults() (Options, error) {
 	if o.BusyTimeout == 0 {
 		o.BusyTimeout = 5 * time.Second
 	}
+	if o.checkpointFrames == 0 {
+		o.checkpointFrames = defaultCheckpointFrames
+	}
+	if o.restartFrames == 0 {
+		o.restartFrames = defaultRestartFrames
+	}
 	return o, nil
 }
 
 // Store is the SQLite backend. It is safe for concurrent use.
 type Store struct {
 	w          *writer
+	ckpt       *checkpointer
 	q          *groupcommit.Queue
 	writerDone chan struct{}
 
@@ -110,8 +125,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, w.close())
 	}
+	ckpt, err := openCheckpointer(ctx, path, opts, &w.mu)
+	if err != nil {
+		return nil, errors.Join(err, w.close(), readSt.close(), rdb.Close())
+	}
+	w.wakeCheckpointer = ckpt.notify
 	s := &Store{
 		w:          w,
+		ckpt:       ckpt,
 		q:          groupcommit.NewQueue(opts.MaxBatch, unavailable("update")),
 		writerDone: make(chan struct{}),
 		rdb:        rdb,
@@ -127,7 +148,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // openWriter opens the single read-write connection, migrates the schema on it, and
 // prepares every statement on it.
 func openWriter(ctx context.Context, path string, opts Options) (*writer, error) {
-	db, err := sql.Open("sqlite", dsn(path, opts, false))
+	db, err := sql.Open("sqlite", dsn(path, opts,
+		"cache_size(-65536)", // 64 MiB
+		// Truncate the log back to 64 MiB when it starts over rather than keep its peak size.
+		"journal_size_limit(67108864)",
+		// No checkpoint inside COMMIT: the checkpointer does it on its own connection.
+		"wal_autocheckpoint(0)"))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -143,12 +169,13 @@ func openWriter(ctx context.Context, path string, opts Options) (*writer, error)
 	if err != nil {
 		return nil, errors.Join(err, conn.Close(), db.Close())
 	}
-	return &writer{db: db, conn: conn, st: st, onCommit: opts.OnCommit}, nil
+	return &writer{db: db, conn: conn, st: st, onCommit: opts.OnCommit,
+		checkpointFrames: opts.checkpointFrames}, nil
 }
 
 // openReaders opens the query-only pool and prepares the read statements on it.
 func openReaders(ctx context.Context, path string, opts Options) (*sql.DB, *statements, error) {
-	db, err := sql.Open("sqlite", dsn(path, opts, true))
+	db, err := sql.Open("sqlite", dsn(path, opts, "query_only(1)", "cache_size(-16384)")) // 16 MiB each
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -161,9 +188,10 @@ func openReaders(ctx context.Context, path string, opts Options) (*sql.DB, *stat
 	return db, st, nil
 }
 
-// dsn builds the driver's connection string. The path is URI-escaped because SQLite
-// parses "file:" names as URIs, where '?', '#' and '%' are special.
-func dsn(path string, opts Options, readOnly bool) string {
+// dsn builds the driver's connection string: the pragmas every connection shares, then
+// the connection's own. The path is URI-escaped because SQLite parses "file:" names as
+// URIs, where '?', '#' and '%' are special.
+func dsn(path string, opts Options, pragmas ...string) string {
 	level := "FULL"
 	if opts.Relaxed {
 		level = "NORMAL"
@@ -175,13 +203,8 @@ func dsn(path string, opts Options, readOnly bool) string {
 	// Savepoint sub-journals and sorts stay in memory: on disk, every page a request
 	// changes inside its savepoint cost a write system call.
 	q.Add("_pragma", "temp_store(MEMORY)")
-	if readOnly {
-		q.Add("_pragma", "query_only(1)")
-		q.Add("_pragma", "cache_size(-16384)") // 16 MiB per reader
-	} else {
-		q.Add("_pragma", "cache_size(-65536)") // 64 MiB for the writer
-		// Truncate the log back to 64 MiB after a checkpoint rather than keep its peak size.
-		q.Add("_pragma", "journal_size_limit(67108864)")
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -217,7 +240,7 @@ func (s *Store) Close() error {
 		return unavailable("close")
 	}
 	<-s.writerDone
-	return errors.Join(s.w.close(), s.readSt.close(), s.rdb.Close())
+	return errors.Join(s.ckpt.close(), s.w.close(), s.readSt.close(), s.rdb.Close())
 }
 
 // view is the runner of one View: the pool's prepared statements bound to its *sql.Tx.

@@ -146,24 +146,34 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 // the writer is inside it. Updates issued meanwhile queue up behind it.
 func holdWriter(t *testing.T, s *Store) (release chan struct{}, done <-chan error) {
 	t.Helper()
+	return holdInside(t, "the writer to run the holding Update", func(inside func()) error {
+		return s.Update(t.Context(), func(tx store.Tx) error {
+			inside()
+			return nil
+		})
+	})
+}
+
+// holdInside runs call on a goroutine; call calls inside, which blocks until release is
+// closed. holdInside returns once inside was called, and done reports call's error.
+func holdInside(t *testing.T, what string, call func(inside func()) error) (release chan struct{}, done <-chan error) {
+	t.Helper()
 	release = make(chan struct{})
 	entered := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.Update(t.Context(), func(tx store.Tx) error {
+		errc <- call(func() {
 			close(entered)
 			<-release
-			return nil
 		})
 	}()
-	waitFor(t, "the writer to run the holding Update", func() bool {
-		select {
-		case <-entered:
-			return true
-		default:
-			return false
-		}
-	})
+	select {
+	case <-entered:
+	case err := <-errc:
+		t.Fatalf("%s: returned early: %v", what, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
 	return release, errc
 }
 

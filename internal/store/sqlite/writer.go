@@ -5,20 +5,33 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	modernc "modernc.org/sqlite"
 
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/groupcommit"
 )
 
 // writer owns the only read-write connection and the statements prepared on it. Only the
-// writer goroutine touches its fields after Open.
+// writer goroutine touches its fields after Open, except mu.
 type writer struct {
+	// mu is held for each batch, from BEGIN to COMMIT; the checkpointer takes it to pause
+	// the writer between batches.
+	mu sync.Mutex
+
 	db       *sql.DB
 	conn     *sql.Conn
 	st       *statements
 	onCommit func(batch int, d time.Duration)
+
+	// wakeCheckpointer is called, without waiting, once the commits since the last call
+	// have appended checkpointFrames frames to the WAL; unchecked counts them.
+	wakeCheckpointer func()
+	checkpointFrames int
+	unchecked        int
 
 	// broken is the first ErrUnavailable of the current batch: once set, SQLite may
 	// already have rolled the transaction back, so no further statement may run in it.
@@ -29,6 +42,8 @@ type writer struct {
 // COMMIT (one fsync) for all. It returns each request's outcome and, if the batch did not
 // commit, why (groupcommit.Queue.Run answers the requests).
 func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	start := time.Now()
 	w.broken = nil
 	if _, err := w.st[stBegin].Exec(); err != nil {
@@ -52,7 +67,23 @@ func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, er
 	if w.onCommit != nil {
 		w.onCommit(len(batch), time.Since(start))
 	}
+	w.countFrames()
 	return outs, nil
+}
+
+// countFrames adds the frames the last commit appended to the WAL (SQLite counts the
+// pages a connection writes, and in WAL mode it writes only log frames) and wakes the
+// checkpointer when they reach its threshold.
+func (w *writer) countFrames() {
+	err := w.conn.Raw(func(dc any) error {
+		n, _, err := dc.(modernc.DBStatus).Status(modernc.DBStatusCacheWrite, true)
+		w.unchecked += n
+		return err
+	})
+	if err != nil || w.unchecked >= w.checkpointFrames {
+		w.unchecked = 0 // on an error, checkpoint rather than let the log grow unseen
+		w.wakeCheckpointer()
+	}
 }
 
 // runOne runs one request's fn inside a savepoint, undoing only its writes if it fails.
