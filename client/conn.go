@@ -48,7 +48,7 @@ const (
 	endDropped      connEnd = iota // network failure, server close, idle timeout: reconnect
 	endReset                       // the server refused our cursor (409/410): resnapshot
 	endReplaced                    // close 4001: stop
-	endUnauthorized                // 401 push: stop
+	endUnauthorized                // 401 push, close 4003 or 4004: stop
 	endStopped                     // the session is ending
 )
 
@@ -120,8 +120,13 @@ func (cn *wsConn) readLoop() connEnd {
 		_, data, err := cn.ws.ReadMessage()
 		if err != nil {
 			var ce *websocket.CloseError
-			if errors.As(err, &ce) && ce.Code == closeReplaced {
-				return endReplaced
+			if errors.As(err, &ce) {
+				switch ce.Code {
+				case closeReplaced:
+					return endReplaced
+				case closeRevoked, closeExpired: // a redial would only get 401
+					return endUnauthorized
+				}
 			}
 			cn.c.log.Debug("parley: websocket ended", "err", err)
 			return endDropped

@@ -51,8 +51,13 @@ var (
 // outcome is unknown, so a send must be retried with the same client_msg_id.
 var errConnLost = errors.New("parley: connection lost before the reply")
 
-// closeReplaced is the close code of a connection evicted by a newer one of the same device.
-const closeReplaced = 4001
+// Close codes the session acts on: a connection evicted by a newer one of the same device,
+// and one whose token was revoked or expired while it was open.
+const (
+	closeReplaced = 4001
+	closeRevoked  = 4003
+	closeExpired  = 4004
+)
 
 // maxErrorBody bounds how much of an error answer is read.
 const maxErrorBody = 64 << 10

@@ -21,7 +21,8 @@ const stableConn = 10 * time.Second
 //
 // Run returns ctx's error when ctx ends, an error wrapping ErrReplaced when another connection
 // of the same device took over (reconnecting would only evict it in turn), and an *Error with
-// Code 401 (or 403) when the server refuses the token, e.g. after a revocation. A Client runs
+// Code 401 (or 403) when the server refuses the token, e.g. after a revocation, or closes
+// the connection because the token was revoked (4003) or expired (4004). A Client runs
 // one session at a time (ErrRunning).
 func (c *Client) Run(ctx context.Context) error { return c.run(ctx, nil) }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,30 @@ func TestSessionStopsWhenTokenRevoked(t *testing.T) {
 	err := recv(t, errc, "Run to return")
 	if ErrorCode(err) != http.StatusUnauthorized {
 		t.Fatalf("Run = %v, want a 401 *Error", err)
+	}
+}
+
+// TestSessionStopsOnRevokedOrExpiredClose: a server closing with 4003 (revoked) or 4004
+// (token expired) ends the session with a 401 at once, without dialling again.
+func TestSessionStopsOnRevokedOrExpiredClose(t *testing.T) {
+	for _, code := range []int{4003, 4004} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			f := newFake(t)
+			c := f.client(t, Options{Cursor: 1})
+			errc := make(chan error, 1)
+			go func() { errc <- c.Run(testCtx(t)) }()
+			fc := recv(t, f.conns, "connection")
+			fc.closeWith(code)
+			err := recv(t, errc, "Run to return")
+			if ErrorCode(err) != http.StatusUnauthorized {
+				t.Fatalf("Run = %v, want a 401 *Error", err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.wsCount != 1 {
+				t.Errorf("%d connections, want 1: a revoked or expired session must not redial", f.wsCount)
+			}
+		})
 	}
 }
 
