@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"strings"
 	"testing"
+
+	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // TestDirectID checks the properties direct ids rely on: the same for both orders of the
@@ -25,5 +28,13 @@ func TestDirectID(t *testing.T) {
 	}
 	if id == legacy || len(id) != len(legacy) || strings.ToLower(id) != id {
 		t.Fatalf("keyed id %s: want the legacy form (%s) but not its value", id, legacy)
+	}
+}
+
+// The store writes "message" events under its own name for the type; a client reads them
+// under the protocol's.
+func TestStoreEventMessageIsTheProtocols(t *testing.T) {
+	if store.EventMessage != protocol.EventMessage {
+		t.Fatalf("store.EventMessage %q, protocol.EventMessage %q", store.EventMessage, protocol.EventMessage)
 	}
 }

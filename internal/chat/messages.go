@@ -14,57 +14,51 @@ import (
 )
 
 // Send stores a message durably with its seq and one "message" event in every member's log,
-// all in one transaction, and returns the ack. A repeated (sender, client_msg_id) creates
-// nothing and returns the original ack with Duplicate set, whatever its content, if it names
-// the same conversation; naming another one is ErrConflict (see duplicateAck). Sending
-// advances the sender's read (and delivered) position to the new seq without an event of its
-// own, and makes the conversation visible again to members who had deleted it.
+// all in one step of the store (store.Store.AppendMessage, which assigns the seq and the
+// cursors), and returns the ack. A repeated (sender, client_msg_id) creates nothing and
+// returns the original ack with Duplicate set, whatever its content, if it names the same
+// conversation; naming another one is ErrConflict (see duplicateAck). Sending advances the
+// sender's read (and delivered) position to the new seq without an event of its own, and
+// makes the conversation visible again to members who had deleted it.
+//
+// Everything that does not need the store (validation, the ids, encoding extra) happens
+// here, on the caller's goroutine, so that the store's writer only applies.
 func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendRequest) (protocol.MessageAck, error) {
 	start := s.now()
 	extra, err := validateSend(req)
 	if err != nil {
 		return protocol.MessageAck{}, err
 	}
-	var ack protocol.MessageAck
-	err = s.update(ctx, "send", func(tx store.Tx, ob *outbox) error {
-		if m, err := tx.MessageByClientID(ctx, me.UserID, req.ClientMsgID); err == nil {
-			ack, err = duplicateAck(m, req)
-			return err
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		// Membership by one lookup before reading every member: a non-member's refusal then
-		// costs the same for a large group as for a missing conversation.
-		c, _, err := loadConvMember(ctx, tx, req.ConvID, me.UserID)
-		if err != nil {
-			return err
-		}
-		members, err := tx.Members(ctx, c.ID)
-		if err != nil {
-			return err
-		}
-		now := s.nowMS()
-		m := store.Message{
-			ConvID: c.ID, Seq: c.MaxSeq + 1, MsgID: newID("m_"), ClientMsgID: req.ClientMsgID,
-			SenderID: me.UserID, ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: now,
-		}
-		if err := tx.InsertMessage(ctx, m); err != nil {
-			return err
-		}
-		c.MaxSeq, c.UpdatedAt = m.Seq, now
-		if err := tx.UpdateConversation(ctx, c); err != nil {
-			return err
-		}
-		if err := s.fanoutMessage(ctx, tx, ob, m, members); err != nil {
-			return err
-		}
-		ack = ackOf(m, false)
-		return nil
-	})
-	if err == nil {
-		s.obs.MessageStored(s.now().Sub(start), ack.Duplicate)
+	m := store.Message{
+		ConvID: req.ConvID, MsgID: newID("m_"), ClientMsgID: req.ClientMsgID, SenderID: me.UserID,
+		ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: s.nowMS(),
 	}
-	return ack, err
+	res, err := s.st.AppendMessage(ctx, m)
+	if errors.Is(err, store.ErrNotFound) {
+		err = errNoConversation
+	}
+	if err := s.wrote(ctx, "send", err); err != nil {
+		return protocol.MessageAck{}, err
+	}
+	if res.Duplicate {
+		ack, err := duplicateAck(res.Message, req)
+		if err == nil {
+			s.obs.MessageStored(s.now().Sub(start), true)
+		}
+		return ack, err
+	}
+	payload, err := json.Marshal(wireMessage(res.Message))
+	if err != nil {
+		return protocol.MessageAck{}, s.storeErr("send", err) // cannot happen: stored content is valid JSON
+	}
+	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
+	var ob outbox
+	for _, d := range res.Events {
+		ob.add(d.UserID, hub.Event{Cursor: d.Cursor, Body: body})
+	}
+	s.publish(ctx, &ob)
+	s.obs.MessageStored(s.now().Sub(start), false)
+	return ackOf(res.Message, false), nil
 }
 
 // duplicateAck answers a send whose (sender, client_msg_id) is already stored as m. A retry
@@ -77,33 +71,6 @@ func duplicateAck(m store.Message, req protocol.SendRequest) (protocol.MessageAc
 			ErrConflict, req.ClientMsgID)
 	}
 	return ackOf(m, true), nil
-}
-
-// fanoutMessage appends the "message" event of m to every member's log (write fanout),
-// advances the sender's positions and un-hides the conversation for members who deleted it.
-func (s *Service) fanoutMessage(ctx context.Context, tx store.Tx, ob *outbox, m store.Message, members []store.Member) error {
-	payload, err := json.Marshal(wireMessage(m))
-	if err != nil {
-		return err
-	}
-	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
-	for _, mem := range members {
-		ev := store.Event{UserID: mem.UserID, Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
-		if err := ob.append(ctx, tx, ev, body); err != nil {
-			return err
-		}
-		changed := mem.Hidden
-		mem.Hidden = false
-		if mem.UserID == m.SenderID {
-			mem.ReadSeq, mem.DeliveredSeq, changed = m.Seq, m.Seq, true
-		}
-		if changed {
-			if err := tx.PutMember(ctx, mem); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // validateSend checks a send request and returns its extra encoded for storage.

@@ -691,6 +691,13 @@ func (d *fullDisk) Update(ctx context.Context, fn func(tx store.Tx) error) error
 	return d.Store.Update(ctx, fn)
 }
 
+func (d *fullDisk) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+	if d.writes.Load() {
+		return store.Appended{}, errors.New("database or disk is full")
+	}
+	return d.Store.AppendMessage(ctx, m)
+}
+
 func (d *fullDisk) room() error {
 	if d.full.Load() {
 		return errors.New("12 KiB free")

@@ -26,14 +26,19 @@ func (o *outbox) append(ctx context.Context, tx store.Tx, ev store.Event, body *
 	if err != nil {
 		return fmt.Errorf("append %s event for %s: %w", ev.Type, ev.UserID, err)
 	}
+	o.add(ev.UserID, hub.Event{Cursor: cursor, Body: body})
+	return nil
+}
+
+// add queues an event the store has appended to userID's log.
+func (o *outbox) add(userID string, ev hub.Event) {
 	if o.events == nil {
 		o.events = make(map[string][]hub.Event)
 	}
-	if _, ok := o.events[ev.UserID]; !ok {
-		o.order = append(o.order, ev.UserID)
+	if _, ok := o.events[userID]; !ok {
+		o.order = append(o.order, userID)
 	}
-	o.events[ev.UserID] = append(o.events[ev.UserID], hub.Event{Cursor: cursor, Body: body})
-	return nil
+	o.events[userID] = append(o.events[userID], ev)
 }
 
 // appendData stores an event whose payload is data itself (every type but "message").
@@ -98,6 +103,16 @@ func (s *Service) update(ctx context.Context, op string, fn func(tx store.Tx, ob
 		ob = outbox{} // fn runs once, but never publish a discarded attempt's events
 		return fn(tx, &ob)
 	})
+	if err := s.wrote(ctx, op, err); err != nil {
+		return err
+	}
+	s.publish(ctx, &ob)
+	return nil
+}
+
+// wrote records the outcome err of a store write for Healthy and turns a store failure
+// into ErrUnavailable.
+func (s *Service) wrote(ctx context.Context, op string, err error) error {
 	if err != nil {
 		if !isDomain(err) && ctx.Err() == nil {
 			s.writeFailed(err)
@@ -105,10 +120,6 @@ func (s *Service) update(ctx context.Context, op string, fn func(tx store.Tx, ob
 		return s.storeErr(op, err)
 	}
 	s.writeSucceeded()
-	s.publish(&ob)
-	if n, ok := ctx.Value(eventCountKey{}).(*atomic.Int64); ok {
-		n.Add(int64(ob.count()))
-	}
 	return nil
 }
 
@@ -167,12 +178,17 @@ func (s *Service) Healthy(ctx context.Context) error {
 	})
 }
 
-func (s *Service) publish(ob *outbox) {
+// publish hands the committed events of ob to the hub and counts them (see WithEventCount).
+func (s *Service) publish(ctx context.Context, ob *outbox) {
 	for _, u := range ob.order {
 		s.hub.Publish(u, ob.events[u])
 	}
-	if n := ob.count(); n > 0 {
+	n := ob.count()
+	if n > 0 {
 		s.obs.EventsCommitted(n)
+	}
+	if c, ok := ctx.Value(eventCountKey{}).(*atomic.Int64); ok {
+		c.Add(int64(n))
 	}
 }
 

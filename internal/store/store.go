@@ -1,7 +1,11 @@
 // Package store defines Parley's storage contract: small role interfaces that every backend
-// implements, the rows they exchange, and sentinel errors. Chat rules (validation, fanout,
-// unread arithmetic, position monotonicity) live above, in package chat, once for all
-// backends; a backend only stores and retrieves rows atomically.
+// implements, the rows they exchange, and sentinel errors. Chat rules (validation, who may
+// do what, unread arithmetic) live above, in package chat, once for all backends.
+//
+// The store owns sequencing: AppendMessage assigns a message's seq and its recipients'
+// event cursors itself and returns them, and AppendEvent assigns cursors, so that the same
+// contract is implementable by one embedded writer with its state in memory and by a SQL
+// database with several writers at READ COMMITTED (row-level increments with RETURNING).
 //
 // The conformance suite in storetest runs unchanged against every backend.
 package store
@@ -40,6 +44,12 @@ type Store interface {
 	Update(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction that sees one consistent snapshot.
 	View(ctx context.Context, fn func(tx ReadTx) error) error
+	// AppendMessage is the write path of a message, the one call a send makes: the store,
+	// not its caller, assigns the message's seq and each member's event cursor, atomically,
+	// as a log assigns its sequence numbers. See Appended for what it does and returns.
+	// It is durable and visible when it returns, like an Update, and it is isolated from
+	// concurrent Updates and AppendMessages as if it ran alone.
+	AppendMessage(ctx context.Context, m Message) (Appended, error)
 	// Close releases the backend. Calls after Close fail with ErrUnavailable.
 	Close() error
 }

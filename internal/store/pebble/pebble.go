@@ -221,7 +221,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.cur = s.newReadState()
 	s.w = &writer{
 		db: db, sync: sync, onCommit: opts.OnCommit,
-		publish: s.publish, failed: &s.failed,
+		publish: s.publish, failed: &s.failed, hot: newHotState(),
 	}
 	go func() {
 		defer close(s.writerDone)

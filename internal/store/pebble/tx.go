@@ -37,6 +37,7 @@ type txn struct {
 	r    reader
 	b    *pebble.Batch // nil in a View
 	undo *undoLog
+	hot  *hotState // the writer's, nil in a View: writes keep it right
 	txnBufs
 	ended atomic.Bool // set when fn has returned: a kept tx must not touch later batches
 
@@ -114,7 +115,20 @@ func closeIter(it *pebble.Iterator) error {
 // set writes key=val into the batch after recording what key held before: prev if
 // existed, else nothing. Callers know the previous state because they read the key or
 // because of a layout invariant (see keys.go).
+// The writer's hot state (hotState) forgets the row key belongs to.
 func (t *txn) set(key, val, prev []byte, existed bool) error {
+	if t.hot != nil {
+		t.hot.invalidate(key)
+	}
+	return t.write(key, val, prev, existed)
+}
+
+// setNew and setKnown are set for AppendMessage, which keeps the hot state right itself:
+// setNew writes a key known to be absent, setKnown one known to hold prev.
+func (t *txn) setNew(key, val []byte) error         { return t.write(key, val, nil, false) }
+func (t *txn) setKnown(key, val, prev []byte) error { return t.write(key, val, prev, true) }
+
+func (t *txn) write(key, val, prev []byte, existed bool) error {
 	if t.b == nil {
 		return errors.New("pebble: write in a read-only transaction")
 	}
@@ -125,10 +139,14 @@ func (t *txn) set(key, val, prev []byte, existed bool) error {
 	return nil
 }
 
-// del deletes key, which held prev, from the batch after recording prev.
+// del deletes key, which held prev, from the batch after recording prev; the hot state
+// forgets the row key belongs to.
 func (t *txn) del(key, prev []byte) error {
 	if t.b == nil {
 		return errors.New("pebble: write in a read-only transaction")
+	}
+	if t.hot != nil {
+		t.hot.invalidate(key)
 	}
 	t.undo.record(key, prev, true)
 	if err := t.b.Delete(key, nil); err != nil {

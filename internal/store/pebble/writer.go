@@ -24,8 +24,10 @@ type writer struct {
 	publish  func()                 // installs the snapshot Views read; see Store.publish
 	failed   *atomic.Pointer[error] // set on a commit failure, read by the Store too
 
-	undo undoLog // the undo log of the running request, reused
-	bufs txnBufs // scratch buffers handed from one request's txn to the next
+	undo    undoLog // the undo log of the running request, reused
+	bufs    txnBufs // scratch buffers handed from one request's txn to the next
+	hot     hotState
+	scratch appendScratch
 }
 
 // commit runs every request of the batch against one indexed batch, commits it with one
@@ -62,6 +64,7 @@ func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, er
 		w.publish()
 	}
 	_ = b.Close()
+	w.hot.trim()
 	if w.onCommit != nil {
 		w.onCommit(len(batch), time.Since(start))
 	}
@@ -87,7 +90,7 @@ func (w *writer) apply(b *pebble.Batch) (err error) {
 // broken reports an undo that could not be applied.
 func (w *writer) runOne(b *pebble.Batch, r *groupcommit.Request) (out groupcommit.Outcome, broken error) {
 	w.undo.reset()
-	t := &txn{r: b, b: b, undo: &w.undo, txnBufs: w.bufs}
+	t := &txn{r: b, b: b, undo: &w.undo, hot: &w.hot, txnBufs: w.bufs}
 	out = r.Call(writeTx{readTx{t}})
 	t.ended.Store(true)
 	w.bufs = t.txnBufs // keep grown buffers for the next request

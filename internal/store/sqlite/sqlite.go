@@ -219,6 +219,18 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return s.q.Submit(ctx, fn)
 }
 
+// AppendMessage implements store.Store with store.AppendTx in one Update: the writer
+// goroutine serializes every Update, so reading max_seq and writing it back is atomic.
+func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+	var res store.Appended
+	err := s.Update(ctx, func(tx store.Tx) error {
+		var err error
+		res, err = store.AppendTx(ctx, tx, m)
+		return err
+	})
+	return res, err
+}
+
 // View implements store.Store. The read transaction is deferred: its snapshot is taken
 // at fn's first read and holds until fn returns; fn's error is returned unchanged.
 func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error {

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// EventMessage is the type of the event AppendMessage writes into every member's log. Its
+// payload is the message itself, referenced by (ConvID, Seq): see Event.
+const EventMessage = "message"
+
+// ErrNotMember is returned (wrapped) by AppendMessage when the conversation does not exist
+// or the sender is not one of its members. It wraps ErrNotFound: a caller that answers
+// both the same way (as chat must, so as not to tell a stranger which conversations exist)
+// can test for either.
+var ErrNotMember = fmt.Errorf("%w: no such conversation or not a member", ErrNotFound)
+
+// Appended is the result of AppendMessage.
+//
+// For a new (SenderID, ClientMsgID), AppendMessage has, in one atomic step:
+//   - stored the message with Seq = the conversation's MaxSeq + 1 (gapless per conversation)
+//     and raised the conversation's MaxSeq to it and its UpdatedAt to the message's
+//     CreatedAt;
+//   - appended a "message" event (Type EventMessage, TS the message's CreatedAt, Seq) to the
+//     log of every member, the sender included, each with that user's next cursor;
+//   - made the conversation visible again (Hidden = false) for members who had hidden it;
+//   - raised the sender's ReadSeq and DeliveredSeq to Seq: a sender has read what it sent.
+//
+// If (SenderID, ClientMsgID) was already stored, in any conversation, it writes nothing and
+// returns the stored message with Duplicate set: the sender's retry gets the original back.
+// The check holds against every message ever stored, however old.
+type Appended struct {
+	Message   Message    // as stored: Seq assigned; on a duplicate, the original message
+	Duplicate bool       // the message was stored before; nothing was written now
+	Events    []Delivery // the events appended, in the order of Members; nil on a duplicate
+}
+
+// Delivery names one event AppendMessage appended: the user whose log holds it and its
+// cursor there.
+type Delivery struct {
+	UserID string
+	Cursor int64
+}
+
+// AppendTx is AppendMessage built from a transaction's row methods, for a backend whose
+// Updates are serializable (one writer): reading MaxSeq and writing MaxSeq+1 inside one
+// transaction is then atomic. m.Seq is ignored; m.MsgID must be new.
+func AppendTx(ctx context.Context, tx Tx, m Message) (Appended, error) {
+	if orig, err := tx.MessageByClientID(ctx, m.SenderID, m.ClientMsgID); err == nil {
+		return Appended{Message: orig, Duplicate: true}, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return Appended{}, err
+	}
+	c, err := tx.Conversation(ctx, m.ConvID)
+	if errors.Is(err, ErrNotFound) {
+		return Appended{}, ErrNotMember
+	} else if err != nil {
+		return Appended{}, err
+	}
+	// Membership by one lookup before reading every member: a non-member's refusal then
+	// costs the same for a large group as for a missing conversation.
+	if _, err := tx.Member(ctx, m.ConvID, m.SenderID); errors.Is(err, ErrNotFound) {
+		return Appended{}, ErrNotMember
+	} else if err != nil {
+		return Appended{}, err
+	}
+	members, err := tx.Members(ctx, c.ID)
+	if err != nil {
+		return Appended{}, err
+	}
+	m.Seq = c.MaxSeq + 1
+	if err := tx.InsertMessage(ctx, m); err != nil {
+		return Appended{}, err
+	}
+	c.MaxSeq, c.UpdatedAt = m.Seq, max(c.UpdatedAt, m.CreatedAt)
+	if err := tx.UpdateConversation(ctx, c); err != nil {
+		return Appended{}, err
+	}
+	res := Appended{Message: m, Events: make([]Delivery, 0, len(members))}
+	for _, mem := range members {
+		ev := Event{UserID: mem.UserID, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+		cursor, err := tx.AppendEvent(ctx, ev)
+		if err != nil {
+			return Appended{}, fmt.Errorf("append message event for %s: %w", mem.UserID, err)
+		}
+		res.Events = append(res.Events, Delivery{UserID: mem.UserID, Cursor: cursor})
+		if mem, changed := AfterAppend(mem, m); changed {
+			if err := tx.PutMember(ctx, mem); err != nil {
+				return Appended{}, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// AfterAppend returns member mem as appending m leaves it, and whether that changed it:
+// visible again, and for the sender read and delivered up to m.
+func AfterAppend(mem Member, m Message) (Member, bool) {
+	changed := mem.Hidden
+	mem.Hidden = false
+	if mem.UserID == m.SenderID {
+		if mem.ReadSeq < m.Seq || mem.DeliveredSeq < m.Seq {
+			changed = true
+		}
+		mem.ReadSeq, mem.DeliveredSeq = max(mem.ReadSeq, m.Seq), max(mem.DeliveredSeq, m.Seq)
+	}
+	return mem, changed
+}

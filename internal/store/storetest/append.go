@@ -1,0 +1,274 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// appendFixture stores users alice, bob and carol and conversation "c1" with alice and bob
+// as members (alice first).
+func appendFixture(t testing.TB, s store.Store) {
+	t.Helper()
+	createUsers(t, s, "alice", "bob", "carol")
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		c := newConversation("c1")
+		c.MaxSeq = 0
+		if err := tx.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		for i, u := range []string{"alice", "bob"} {
+			if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: u, Ordinal: int64(i + 1), JoinedAt: 1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// newAppend returns a message to append: no Seq, a fresh client id.
+func newAppend(convID, sender, clientID string) store.Message {
+	m := newMessage(convID, 0, sender)
+	m.MsgID, m.ClientMsgID = "msg-"+sender+"-"+clientID, clientID
+	return m
+}
+
+// mustAppend appends m and fails the test on error.
+func mustAppend(t testing.TB, s store.Store, m store.Message) store.Appended {
+	t.Helper()
+	res, err := s.AppendMessage(t.Context(), m)
+	if err != nil {
+		t.Fatalf("AppendMessage(%s by %s): %v", m.ClientMsgID, m.SenderID, err)
+	}
+	return res
+}
+
+// wantDeliveries fails the test unless res appended exactly want.
+func wantDeliveries(t testing.TB, what string, res store.Appended, want ...store.Delivery) {
+	t.Helper()
+	if !slices.Equal(res.Events, want) {
+		t.Errorf("%s: events %+v, want %+v", what, res.Events, want)
+	}
+}
+
+func testAppendAssigns(t *testing.T, s store.Store) {
+	appendFixture(t, s)
+	update(t, s, func(ctx context.Context, tx store.Tx) error { // bob hid the conversation
+		m, err := tx.Member(ctx, "c1", "bob")
+		m.Hidden = true
+		if err == nil {
+			err = tx.PutMember(ctx, m)
+		}
+		return err
+	})
+	first := newAppend("c1", "alice", "a1")
+	res := mustAppend(t, s, first)
+	first.Seq = 1
+	if res.Duplicate || !reflect.DeepEqual(res.Message, first) {
+		t.Errorf("first append = %+v, want message %+v", res, first)
+	}
+	wantDeliveries(t, "first append", res, store.Delivery{UserID: "alice", Cursor: 1}, store.Delivery{UserID: "bob", Cursor: 1})
+	second := newAppend("c1", "bob", "b1")
+	second.CreatedAt = first.CreatedAt + 5
+	res = mustAppend(t, s, second)
+	if res.Message.Seq != 2 {
+		t.Errorf("second append seq %d, want 2", res.Message.Seq)
+	}
+	wantDeliveries(t, "second append", res, store.Delivery{UserID: "alice", Cursor: 2}, store.Delivery{UserID: "bob", Cursor: 2})
+
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		c, err := tx.Conversation(ctx, "c1")
+		if err != nil || c.MaxSeq != 2 || c.UpdatedAt != second.CreatedAt {
+			t.Errorf("conversation after two appends = %+v, %v; want MaxSeq 2, UpdatedAt %d", c, err, second.CreatedAt)
+		}
+		alice, _ := tx.Member(ctx, "c1", "alice")
+		bob, _ := tx.Member(ctx, "c1", "bob")
+		if alice.ReadSeq != 1 || alice.DeliveredSeq != 1 || bob.ReadSeq != 2 || bob.DeliveredSeq != 2 || bob.Hidden {
+			t.Errorf("members after appends: alice %+v, bob %+v; want each read and delivered up to what it sent, bob visible", alice, bob)
+		}
+		evs, err := tx.Events(ctx, "bob", 0, 10)
+		if err != nil || len(evs) != 2 {
+			return fmt.Errorf("bob's events = %+v, %v", evs, err)
+		}
+		for i, e := range evs {
+			if e.Type != store.EventMessage || e.ConvID != "c1" || e.Seq != int64(i+1) || e.Cursor != int64(i+1) || e.Message == nil || e.Message.Seq != e.Seq {
+				t.Errorf("bob's event %d = %+v", i, e)
+			}
+		}
+		if evs[0].TS != first.CreatedAt || !reflect.DeepEqual(*evs[0].Message, first) {
+			t.Errorf("bob's first event %+v carries %+v, want ts %d and %+v", evs[0], evs[0].Message, first.CreatedAt, first)
+		}
+		got, err := tx.MessageByClientID(ctx, "alice", "a1")
+		if err != nil || !reflect.DeepEqual(got, first) {
+			t.Errorf("MessageByClientID after append = %+v, %v", got, err)
+		}
+		return nil
+	})
+}
+
+func testAppendDuplicate(t *testing.T, s store.Store) {
+	appendFixture(t, s)
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		c := newConversation("c2")
+		c.MaxSeq = 0
+		if err := tx.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		return tx.PutMember(ctx, store.Member{ConvID: "c2", UserID: "alice", Ordinal: 1})
+	})
+	orig := mustAppend(t, s, newAppend("c1", "alice", "x")).Message
+	retry := newAppend("c1", "alice", "x")
+	retry.MsgID, retry.Content = "another-msg-id", []byte(`"changed"`)
+	for _, conv := range []string{"c1", "c2", "missing"} {
+		retry.ConvID = conv
+		res, err := s.AppendMessage(t.Context(), retry)
+		if err != nil || !res.Duplicate || !reflect.DeepEqual(res.Message, orig) || res.Events != nil {
+			t.Errorf("retry naming %s = %+v, %v; want the original %+v, nothing appended", conv, res, err, orig)
+		}
+	}
+	// The same client id from another sender is another message.
+	if res := mustAppend(t, s, newAppend("c1", "bob", "x")); res.Duplicate || res.Message.Seq != 2 {
+		t.Errorf("bob's x = %+v, want a new message with seq 2", res)
+	}
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		for _, u := range []string{"alice", "bob"} {
+			b, err := tx.Cursors(ctx, u)
+			if err != nil || b.Last != 2 {
+				t.Errorf("%s's cursors = %+v, %v; want last 2: a retry appends nothing", u, b, err)
+			}
+		}
+		return nil
+	})
+}
+
+func testAppendNotMember(t *testing.T, s store.Store) {
+	appendFixture(t, s)
+	for _, m := range []store.Message{newAppend("c1", "carol", "c"), newAppend("missing", "alice", "m"), newAppend("c1", "nobody", "n")} {
+		_, err := s.AppendMessage(t.Context(), m)
+		wantErr(t, "append by "+m.SenderID+" to "+m.ConvID, err, store.ErrNotMember)
+		wantErr(t, "append by "+m.SenderID+" to "+m.ConvID, err, store.ErrNotFound)
+	}
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		c, err := tx.Conversation(ctx, "c1")
+		if err != nil || c.MaxSeq != 0 {
+			t.Errorf("conversation after refused appends = %+v, %v; want MaxSeq 0", c, err)
+		}
+		_, err = tx.MessageByClientID(ctx, "carol", "c")
+		wantErr(t, "a refused message", err, store.ErrNotFound)
+		return nil
+	})
+}
+
+// testAppendFollowsUpdates: an append sees every change an Update made to what it reads
+// (members joining, leaving and hiding, cursors taken by other events, the conversation
+// row), and nothing of an Update that failed. A backend that keeps this state in memory
+// must keep it right.
+func testAppendFollowsUpdates(t *testing.T, s store.Store) {
+	appendFixture(t, s)
+	mustAppend(t, s, newAppend("c1", "alice", "1"))
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		if _, err := tx.AppendEvent(ctx, store.Event{UserID: "bob", Type: "read", ConvID: "c1", TS: 1, Data: []byte(`{}`)}); err != nil {
+			return err
+		}
+		if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: "carol", Ordinal: 3}); err != nil {
+			return err
+		}
+		c, err := tx.Conversation(ctx, "c1")
+		if err != nil {
+			return err
+		}
+		c.Name, c.MembersCount = "renamed", 3
+		return tx.UpdateConversation(ctx, c)
+	})
+	res := mustAppend(t, s, newAppend("c1", "carol", "2"))
+	wantDeliveries(t, "after carol joined and bob got an event", res,
+		store.Delivery{UserID: "alice", Cursor: 2}, store.Delivery{UserID: "bob", Cursor: 3}, store.Delivery{UserID: "carol", Cursor: 1})
+
+	// A failed Update that removed bob and changed carol leaves nothing behind.
+	err := s.Update(t.Context(), func(tx store.Tx) error {
+		ctx := t.Context()
+		if err := tx.DeleteMember(ctx, "c1", "bob"); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, store.Event{UserID: "carol", Type: "read", ConvID: "c1", TS: 1, Data: []byte(`{}`)}); err != nil {
+			return err
+		}
+		return errTest
+	})
+	wantErr(t, "failing Update", err, errTest)
+	res = mustAppend(t, s, newAppend("c1", "alice", "3"))
+	wantDeliveries(t, "after a failed Update", res,
+		store.Delivery{UserID: "alice", Cursor: 3}, store.Delivery{UserID: "bob", Cursor: 4}, store.Delivery{UserID: "carol", Cursor: 2})
+
+	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.DeleteMember(ctx, "c1", "bob") })
+	_, err = s.AppendMessage(t.Context(), newAppend("c1", "bob", "4"))
+	wantErr(t, "append by a member who left", err, store.ErrNotMember)
+	res = mustAppend(t, s, newAppend("c1", "carol", "5"))
+	wantDeliveries(t, "after bob left", res, store.Delivery{UserID: "alice", Cursor: 4}, store.Delivery{UserID: "carol", Cursor: 3})
+	if res.Message.Seq != 4 {
+		t.Errorf("seq after bob left = %d, want 4", res.Message.Seq)
+	}
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		c, err := tx.Conversation(ctx, "c1")
+		if err != nil || c.Name != "renamed" || c.MembersCount != 3 || c.MaxSeq != 4 {
+			t.Errorf("conversation = %+v, %v; want the Update's name and count with MaxSeq 4", c, err)
+		}
+		return nil
+	})
+}
+
+// testAppendConcurrent: concurrent appenders to one conversation get distinct, gapless
+// seqs, each appender's in the order it appended, and every member's log holds every
+// message once, in seq order, with gapless cursors.
+func testAppendConcurrent(t *testing.T, s store.Store) {
+	appendFixture(t, s)
+	const senders, each = 8, 40
+	seqs := make([][]int64, senders)
+	var wg sync.WaitGroup
+	for i := range senders {
+		sender := []string{"alice", "bob"}[i%2]
+		wg.Go(func() {
+			for j := range each {
+				res, err := s.AppendMessage(context.Background(), newAppend("c1", sender, fmt.Sprintf("g%d-%d", i, j)))
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+				seqs[i] = append(seqs[i], res.Message.Seq)
+			}
+		})
+	}
+	wg.Wait()
+	var all []int64
+	for i, ss := range seqs {
+		if !slices.IsSorted(ss) {
+			t.Errorf("appender %d got seqs out of its order: %v", i, ss)
+		}
+		all = append(all, ss...)
+	}
+	slices.Sort(all)
+	for i, seq := range all {
+		if seq != int64(i+1) {
+			t.Fatalf("seqs are not 1..%d without gaps or repeats: %v", senders*each, all)
+		}
+	}
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		for _, u := range []string{"alice", "bob"} {
+			evs, err := tx.Events(ctx, u, 0, senders*each+1)
+			if err != nil || len(evs) != senders*each {
+				return fmt.Errorf("%s has %d events, %v; want %d", u, len(evs), err, senders*each)
+			}
+			for i, e := range evs {
+				if e.Cursor != int64(i+1) || e.Seq != int64(i+1) {
+					t.Fatalf("%s's event %d has cursor %d, seq %d; want both %d", u, i, e.Cursor, e.Seq, i+1)
+				}
+			}
+		}
+		return nil
+	})
+}
