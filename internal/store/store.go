@@ -203,8 +203,9 @@ type MessageReader interface {
 
 // MessageWriter writes messages.
 type MessageWriter interface {
-	// InsertMessage stores m. ErrExists if (ConvID, Seq), MsgID, or (SenderID, ClientMsgID)
-	// is taken.
+	// InsertMessage stores m. ErrExists if (ConvID, Seq) or (SenderID, ClientMsgID) is
+	// taken. MsgID is not checked: it is the caller's random 128-bit id, unique without an
+	// index that every send would have to write.
 	InsertMessage(ctx context.Context, m Message) error
 	// RecallMessage nulls the content and extra of (convID, seq) and marks it recalled;
 	// ErrNotFound if there is no such message.

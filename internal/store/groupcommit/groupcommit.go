@@ -28,9 +28,15 @@ const (
 type Request struct {
 	ctx   context.Context
 	fn    func(store.Tx) error
+	hot   bool
 	state atomic.Int32
 	done  chan Outcome // buffered(1): the writer never blocks answering
 }
+
+// Hot reports whether the request was submitted with SubmitHot: its fn reads what earlier
+// batches wrote only through the backend's own memory, so it may run while the previous
+// batch is still committing (see RunPipelined).
+func (r *Request) Hot() bool { return r.hot }
 
 // Context is the caller's context: a backend checks it before each statement rather than
 // letting it interrupt one, which would abort the whole shared batch.
@@ -85,10 +91,20 @@ func NewQueue(maxBatch int, closedErr error) *Queue {
 // reaches the request, Submit returns ctx.Err() and fn never runs; once fn has started,
 // Submit waits for the commit and reports its outcome.
 func (q *Queue) Submit(ctx context.Context, fn func(store.Tx) error) error {
+	return q.submit(ctx, fn, false)
+}
+
+// SubmitHot is Submit for a fn that reads what earlier batches wrote only through the
+// backend's memory (Request.Hot).
+func (q *Queue) SubmitHot(ctx context.Context, fn func(store.Tx) error) error {
+	return q.submit(ctx, fn, true)
+}
+
+func (q *Queue) submit(ctx context.Context, fn func(store.Tx) error, hot bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := &Request{ctx: ctx, fn: fn, done: make(chan Outcome, 1)}
+	r := &Request{ctx: ctx, fn: fn, hot: hot, done: make(chan Outcome, 1)}
 	if err := q.enqueue(ctx, r); err != nil {
 		return err
 	}
@@ -132,6 +148,83 @@ func (q *Queue) Run(commit func(batch []*Request) (outs []Outcome, failed error)
 		}
 		clear(batch) // drop references to answered requests
 	}
+}
+
+// Builder is a backend's side of RunPipelined: a batch is built by one or more calls of
+// Add, then Seal.
+type Builder interface {
+	// Add runs the fns of reqs into the batch being built, in order, each seeing the writes
+	// of every fn before it, and returns their outcomes. broken reports a batch that can no
+	// longer be committed (an undo failed): it is sealed and fails as a whole. settle waits
+	// until no commit is in flight: Add calls it before a fn that is not Hot.
+	Add(reqs []*Request, settle func()) (outs []Outcome, broken error)
+	// Seal ends the batch and returns the function that commits it, which runs on another
+	// goroutine while the next batch is built, and returns why the batch did not commit
+	// (nil when it did).
+	Seal(broken error) (commit func() error)
+}
+
+// RunPipelined serves batches until the queue is closed and drained, like Run, but builds
+// batch N+1 (runs its fns, on this goroutine) while batch N commits: the CPU work of
+// applying requests overlaps the disk's sync. Commits run one at a time, in batch order,
+// and each batch's requests are answered when its commit returns. While a commit is in
+// flight, requests that arrive join the batch being built, so batches grow with the
+// sync's duration as in Run.
+func (q *Queue) RunPipelined(b Builder) {
+	var inflight chan struct{} // closed when the commit in flight has answered its batch
+	settle := func() {
+		if inflight != nil {
+			<-inflight
+		}
+	}
+	buf := make([]*Request, 0, q.maxBatch)
+	for first := range q.reqs {
+		var live []*Request
+		var outs []Outcome
+		var broken error
+		add := func(reqs []*Request) {
+			reqs = claim(reqs)
+			if len(reqs) == 0 || broken != nil {
+				answer(reqs, nil, broken)
+				return
+			}
+			o, err := b.Add(reqs, settle)
+			live, outs, broken = append(live, reqs...), append(outs, o...), err
+		}
+		add(q.fill(append(buf[:0], first)))
+		for inflight != nil && len(live) < q.maxBatch {
+			select {
+			case <-inflight: // done already: commit now rather than take more requests
+				inflight = nil
+				continue
+			default:
+			}
+			select {
+			case <-inflight:
+				inflight = nil
+			case r, ok := <-q.reqs:
+				if !ok { // closed: commit what was built once the commit in flight is done
+					settle()
+					inflight = nil
+					break
+				}
+				add(q.fill(append(buf[:0], r)))
+			}
+		}
+		clear(buf)
+		commit := b.Seal(broken)
+		settle()
+		if len(live) == 0 {
+			continue
+		}
+		done := make(chan struct{})
+		inflight = done
+		go func() {
+			defer close(done)
+			answer(live, outs, commit())
+		}()
+	}
+	settle()
 }
 
 // fill appends every request already queued, up to the cap.

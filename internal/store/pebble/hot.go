@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/parleychat/parley/internal/store"
 )
@@ -21,10 +24,66 @@ import (
 // fails the store refuses every later call, so the entries never describe a batch that
 // was thrown away. Loaded lazily, bounded (trim), and rebuilt from the keys after a restart,
 // which is all it needs: it holds nothing that is not also in the store.
+//
+// The batch being built reads through to the database, which holds the batch in flight
+// (groupcommit.RunPipelined) only once it has committed: every read the hot state makes
+// therefore first waits for that commit (settle). Whatever is held in memory is right
+// whether or not the batch in flight has committed, so a send that finds everything here
+// does not wait.
 type hotState struct {
-	convs   map[string]*convHead
-	users   map[string]store.CursorBounds
-	members int // members held by all heads, for the bound
+	convs    map[string]*convHead
+	users    map[string]store.CursorBounds
+	members  int // members held by all heads, for the bound
+	recent   recentSet
+	building int64  // the number of the batch being built
+	settle   func() // the writer's, see groupcommit.Builder.Add
+}
+
+// recentSet holds the (sender, client_msg_id) keys that the last recentBatches batches
+// appended, so that an AppendMessage whose caller found its key absent in the database
+// (precheck) need not read it again on the writer: a key written since that read is here.
+type recentSet struct {
+	keys    map[string]struct{}
+	batches []recentBatch // oldest first
+	cur     []string      // the keys of the batch being built
+	dropped int64         // no batch numbered above it has been dropped from keys
+}
+
+type recentBatch struct {
+	n    int64
+	keys []string
+}
+
+const recentBatches = 64
+
+func (r *recentSet) add(key string) {
+	r.keys[key] = struct{}{}
+	r.cur = append(r.cur, key)
+}
+
+// seal files the keys of batch n, dropping the oldest batch's beyond recentBatches.
+func (r *recentSet) seal(n int64) {
+	r.batches = append(r.batches, recentBatch{n: n, keys: r.cur})
+	r.cur = nil
+	if len(r.batches) > recentBatches {
+		old := r.batches[0]
+		for _, k := range old.keys {
+			delete(r.keys, k)
+		}
+		r.dropped = max(r.dropped, old.n)
+		r.batches = slices.Delete(r.batches, 0, 1)
+	}
+}
+
+// covers reports whether every key appended by a batch numbered above gen is held.
+func (r *recentSet) covers(gen int64) bool { return gen >= r.dropped }
+
+// precheck is what an AppendMessage's caller learned of its dedup key before queueing:
+// whether the key was found in the database after every batch up to gen had committed.
+type precheck struct {
+	gen   int64
+	found bool
+	ok    bool // false: no check was made
 }
 
 // The bounds of hotState, trimmed between batches. A head costs about 150 bytes per
@@ -60,7 +119,8 @@ func (h *convHead) member(user string) int {
 }
 
 func newHotState() hotState {
-	return hotState{convs: make(map[string]*convHead), users: make(map[string]store.CursorBounds)}
+	return hotState{convs: make(map[string]*convHead), users: make(map[string]store.CursorBounds),
+		recent: recentSet{keys: make(map[string]struct{})}}
 }
 
 // dropConv and dropUser forget an entry that a write is about to change.
@@ -92,6 +152,10 @@ func (h *hotState) invalidate(key []byte) {
 		} else {
 			clear(h.users)
 		}
+	case tClientID:
+		// A message stored by an Update (not AppendMessage): its key is not in the recent
+		// set, so a precheck made before this batch commits proves nothing.
+		h.recent.dropped = max(h.recent.dropped, h.building)
 	}
 }
 
@@ -118,6 +182,7 @@ func (h *hotState) head(ctx context.Context, t *txn, id string) (*convHead, erro
 	if c, ok := h.convs[id]; ok {
 		return c, nil
 	}
+	h.settle()
 	r := readTx{t}
 	c, err := r.Conversation(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -147,6 +212,7 @@ func (h *hotState) bounds(ctx context.Context, t *txn, user string) (store.Curso
 	if b, ok := h.users[user]; ok {
 		return b, nil
 	}
+	h.settle()
 	b, err := readTx{t}.Cursors(ctx, user)
 	if errors.Is(err, store.ErrNotFound) {
 		// A member who is not a user: the rows disagree, which no Update can cause.
@@ -163,14 +229,22 @@ func (h *hotState) bounds(ctx context.Context, t *txn, user string) (store.Curso
 // that can fail is done before the first write; the writes go through t.set like any
 // Update's, with their previous values taken from the hot state, so that a panic midway is
 // undone like a failed Update. The hot state is updated only after the last write.
-func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message) (store.Appended, error) {
+func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre precheck) (store.Appended, error) {
 	if err := t.check(ctx); err != nil {
 		return store.Appended{}, err
 	}
-	if orig, err := (readTx{t}).MessageByClientID(ctx, m.SenderID, m.ClientMsgID); err == nil {
-		return store.Appended{Message: orig, Duplicate: true}, nil
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return store.Appended{}, err
+	t.key = clientIDKey(t.key[:0], m.SenderID, m.ClientMsgID)
+	dedup := string(t.key)
+	_, recent := w.hot.recent.keys[dedup]
+	if recent || !pre.ok || pre.found || !w.hot.recent.covers(pre.gen) {
+		// Maybe a retry: read the key, from the database once the batch in flight (which
+		// may hold the original) has committed, or from the batch being built.
+		w.settle()
+		if orig, err := (readTx{t}).MessageByClientID(ctx, m.SenderID, m.ClientMsgID); err == nil {
+			return store.Appended{Message: orig, Duplicate: true}, nil
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return store.Appended{}, err
+		}
 	}
 	h, err := w.hot.head(ctx, t, m.ConvID)
 	if err != nil {
@@ -192,22 +266,16 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message) (st
 	// Writes. t.set records each key's previous state for the undo log.
 	m.Seq = h.conv.MaxSeq + 1
 	t.key = messageKey(t.key[:0], m.ConvID, m.Seq)
-	n1 := len(t.key)
-	t.key = msgIDKey(t.key, m.MsgID)
-	n2 := len(t.key)
+	n := len(t.key)
 	t.key = clientIDKey(t.key, m.SenderID, m.ClientMsgID)
-	gk, ik, kk := t.key[:n1], t.key[n1:n2], t.key[n2:]
+	gk, kk := t.key[:n], t.key[n:]
 	t.enc = encodeMessage(t.enc[:0], m)
-	// The message keys are new: seq is above every seq stored, the msg_id is a fresh random
-	// id, and the client id key was just found missing.
+	// The message keys are new: seq is above every seq stored, and the client id key was
+	// found missing.
 	if err := t.setNew(gk, t.enc); err != nil {
 		return store.Appended{}, err
 	}
-	ref := gk[1:] // enc(conv) int(seq)
-	if err := t.setNew(ik, ref); err != nil {
-		return store.Appended{}, err
-	}
-	if err := t.setNew(kk, ref); err != nil {
+	if err := t.setNew(kk, gk[1:]); err != nil { // gk[1:] is enc(conv) int(seq)
 		return store.Appended{}, err
 	}
 	conv := h.conv
@@ -232,6 +300,7 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message) (st
 	}
 
 	// Every write is in the batch: the hot state follows.
+	w.hot.recent.add(dedup)
 	h.conv = conv
 	for i, mem := range h.members {
 		h.members[i], _ = store.AfterAppend(mem, m)
@@ -267,16 +336,44 @@ type appendScratch struct {
 // AppendMessage implements store.Store: it runs on the writer goroutine, in the group
 // commit of concurrent Updates, with the conversation's head and its members' cursors
 // from the writer's memory (hotState).
+//
+// The caller's goroutine first looks the dedup key up in the database (precheck), in
+// parallel with other callers and the writer, so that the writer only applies.
 func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+	if err := s.failedErr(); err != nil {
+		return store.Appended{}, err
+	}
+	pre := s.precheck(m)
 	var res store.Appended
-	err := s.Update(ctx, func(tx store.Tx) error {
+	err := s.q.SubmitHot(ctx, func(tx store.Tx) error {
 		w, ok := tx.(writeTx)
 		if !ok {
 			return fmt.Errorf("pebble: AppendMessage got a %T", tx)
 		}
 		var err error
-		res, err = s.w.appendMessage(ctx, w.t, m)
+		res, err = s.w.appendMessage(ctx, w.t, m, pre)
 		return err
 	})
 	return res, err
+}
+
+// precheck looks m's dedup key up in the database as it stands after the last commit.
+// What it finds is not an answer (the original may not be durable yet): the writer reads
+// the key again when it was found.
+func (s *Store) precheck(m store.Message) precheck {
+	if !s.enter() {
+		return precheck{}
+	}
+	defer s.views.Done()
+	gen := s.w.committed.Load()
+	_, closer, err := s.db.Get(clientIDKey(nil, m.SenderID, m.ClientMsgID))
+	switch {
+	case err == nil:
+		_ = closer.Close()
+		return precheck{gen: gen, found: true, ok: true}
+	case errors.Is(err, pebble.ErrNotFound):
+		return precheck{gen: gen, ok: true}
+	default:
+		return precheck{} // the writer reads it again, and reports the error
+	}
 }

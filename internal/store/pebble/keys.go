@@ -20,7 +20,7 @@ import (
 //	M  enc(user) enc(conv)                -> empty: members by user, for Memberships
 //	r  enc(conv) enc(user)                -> empty: the roster of a conversation, for Members
 //	g  enc(conv) int(seq)                 -> message row (every field but conv and seq)
-//	i  enc(msg_id)                        -> enc(conv) int(seq): unique msg_id
+//	i  enc(msg_id)                        -> enc(conv) int(seq): written by layout 1 only
 //	k  enc(sender) enc(client_msg_id)     -> enc(conv) int(seq): unique (sender, client_msg_id)
 //	e  enc(user) int(cursor)              -> event row: type, conv, ts, seq, data
 //	t  int(ts) enc(user) int(cursor)      -> empty: events by time, for PruneEvents
@@ -36,9 +36,10 @@ import (
 //
 // The bounds key n is written by CreateUser and exists exactly when the user does, so
 // AppendEvent reads one small key (not the user row) to learn both that the user exists
-// and its last cursor, and rewrites only that key. Keys e and t, m and M, g, i and k are
+// and its last cursor, and rewrites only that key. Keys e and t, m and M, g and k are
 // always written and removed together, and so are m and r: an index entry exists exactly
-// when its row does.
+// when its row does. Keys i were a msg_id index that nothing read; databases from before
+// they were dropped still hold them, unused.
 //
 // Members scans the roster r, never the member rows m themselves: a member row is rewritten
 // on every read-position update (and the sender's on every send), so the memtable holds many
@@ -56,7 +57,6 @@ const (
 	tMemberByUser byte = 'M'
 	tRoster       byte = 'r'
 	tMessage      byte = 'g'
-	tMsgID        byte = 'i'
 	tClientID     byte = 'k'
 	tEvent        byte = 'e'
 	tEventByTime  byte = 't'
@@ -158,7 +158,6 @@ func messageKey(b []byte, conv string, seq int64) []byte {
 	return msgRef(append(b, tMessage), conv, seq)
 }
 
-func msgIDKey(b []byte, msgID string) []byte { return appendStr(append(b, tMsgID), msgID) }
 
 func clientIDKey(b []byte, sender, clientMsgID string) []byte {
 	return appendStr(appendStr(append(b, tClientID), sender), clientMsgID)

@@ -612,12 +612,10 @@ func (w writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 		return err
 	}
 	t.key = messageKey(t.key[:0], m.ConvID, m.Seq)
-	n1 := len(t.key)
-	t.key = msgIDKey(t.key, m.MsgID)
-	n2 := len(t.key)
+	n := len(t.key)
 	t.key = clientIDKey(t.key, m.SenderID, m.ClientMsgID)
-	gk, ik, kk := t.key[:n1], t.key[n1:n2], t.key[n2:]
-	for _, k := range [...][]byte{gk, ik, kk} {
+	gk, kk := t.key[:n], t.key[n:]
+	for _, k := range [...][]byte{gk, kk} {
 		if found, err := t.exists(k); err != nil || found {
 			if err == nil {
 				err = exists("insert message %q/%d", m.ConvID, m.Seq)
@@ -629,11 +627,7 @@ func (w writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	if err := t.set(gk, t.enc, nil, false); err != nil {
 		return err
 	}
-	ref := gk[1:] // enc(conv) int(seq)
-	if err := t.set(ik, ref, nil, false); err != nil {
-		return err
-	}
-	return t.set(kk, ref, nil, false)
+	return t.set(kk, gk[1:], nil, false) // gk[1:] is enc(conv) int(seq)
 }
 
 // RecallMessage implements store.MessageWriter.

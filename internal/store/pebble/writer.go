@@ -16,7 +16,9 @@ import (
 	"github.com/parleychat/parley/internal/store/groupcommit"
 )
 
-// writer owns the write path. Only the writer goroutine touches its fields after Open.
+// writer owns the write path: it is the groupcommit.Builder of the Store's queue, which
+// builds one batch on the queue's goroutine while the previous one commits on another.
+// Only the queue's goroutine touches its fields after Open, except those marked.
 type writer struct {
 	db       *pebble.DB
 	sync     *pebble.WriteOptions
@@ -24,34 +26,82 @@ type writer struct {
 	publish  func()                 // installs the snapshot Views read; see Store.publish
 	failed   *atomic.Pointer[error] // set on a commit failure, read by the Store too
 
+	// committed is the number of the last batch whose commit returned (batches are
+	// numbered from 1 as they are built); read by AppendMessage's callers.
+	committed atomic.Int64
+
+	b      *pebble.Batch // the batch being built; nil between Seal and the next Add
+	built  int64         // the number of the batch being built, or of the last one sealed
+	n      int           // requests run into b
+	start  time.Time     // when b was started
+	settle func()        // waits until no commit is in flight (groupcommit.Builder.Add)
+
 	undo    undoLog // the undo log of the running request, reused
 	bufs    txnBufs // scratch buffers handed from one request's txn to the next
 	hot     hotState
 	scratch appendScratch
 }
 
-// commit runs every request of the batch against one indexed batch, commits it with one
-// WAL write (and one fsync unless relaxed) and publishes the new state to Views. It returns
-// each request's outcome and, if the batch did not commit, why (groupcommit.Queue.Run
-// answers the requests).
-func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, error) {
+var _ groupcommit.Builder = (*writer)(nil)
+
+// Add implements groupcommit.Builder: it runs each request's fn against the indexed batch
+// being built, in which each fn reads its own writes and those of the fns before it. A fn
+// that is not Hot reads the store, so it first waits until the commit in flight is done:
+// the batch being built reads through to the database, which holds the previous batch only
+// once it committed. Hot requests (AppendMessage) read from the hot state instead, and
+// settle themselves before any read they must make (see hotState).
+func (w *writer) Add(reqs []*groupcommit.Request, settle func()) ([]groupcommit.Outcome, error) {
+	outs := make([]groupcommit.Outcome, len(reqs))
 	if p := w.failed.Load(); p != nil {
-		return nil, *p
+		return outs, *p
 	}
-	start := time.Now()
-	b := w.db.NewIndexedBatch()
-	outs := make([]groupcommit.Outcome, len(batch))
-	var broken error
-	for i, r := range batch {
-		if outs[i], broken = w.runOne(b, r); broken != nil {
-			break
+	if w.b == nil {
+		w.b, w.n, w.start = w.db.NewIndexedBatch(), 0, time.Now()
+		w.built++
+		w.hot.building = w.built
+		w.hot.trim()
+	}
+	w.settle, w.hot.settle = settle, settle
+	for i, r := range reqs {
+		if !r.Hot() {
+			settle()
+		}
+		var broken error
+		outs[i], broken = w.runOne(w.b, r)
+		w.n++
+		if broken != nil {
+			return outs, broken
 		}
 	}
+	return outs, nil
+}
+
+// Seal implements groupcommit.Builder: the returned function commits the batch with one
+// WAL write (and one fsync unless relaxed) and publishes the new state to Views. A broken
+// batch (an undo that could not be applied) is not committed, and as the hot state may
+// then describe writes that will never be, the store refuses everything from then on.
+func (w *writer) Seal(broken error) func() error {
+	b, n, count, start := w.b, w.built, w.n, w.start
+	w.b = nil
+	w.hot.recent.seal(n)
 	if broken != nil {
-		// An undo could not be applied: the batch no longer matches any set of fns, so
-		// none of it is committed. Pebble itself is fine.
+		w.failed.Store(&broken)
+	}
+	if b == nil {
+		return func() error { return broken }
+	}
+	if broken != nil {
 		_ = b.Close()
-		return outs, broken
+		return func() error { return broken }
+	}
+	return func() error { return w.commit(b, n, count, start) }
+}
+
+// commit commits batch number n of count requests. It runs on the queue's commit
+// goroutine, one batch at a time.
+func (w *writer) commit(b *pebble.Batch, n int64, count int, start time.Time) error {
+	if p := w.failed.Load(); p != nil {
+		return *p
 	}
 	if !b.Empty() {
 		if err := w.apply(b); err != nil {
@@ -59,16 +109,16 @@ func (w *writer) commit(batch []*groupcommit.Request) ([]groupcommit.Outcome, er
 			// may even be in the memtable: refuse everything from now on. The batch is
 			// not closed, as Pebble may still reference it.
 			w.failed.Store(&err)
-			return outs, err
+			return err
 		}
 		w.publish()
 	}
 	_ = b.Close()
-	w.hot.trim()
+	w.committed.Store(n)
 	if w.onCommit != nil {
-		w.onCommit(len(batch), time.Since(start))
+		w.onCommit(count, time.Since(start))
 	}
-	return outs, nil
+	return nil
 }
 
 // apply commits b, turning Pebble's fatal commit error (our logger's Fatalf panics, see
