@@ -158,7 +158,6 @@ func messageKey(b []byte, conv string, seq int64) []byte {
 	return msgRef(append(b, tMessage), conv, seq)
 }
 
-
 func clientIDKey(b []byte, sender, clientMsgID string) []byte {
 	return appendStr(appendStr(append(b, tClientID), sender), clientMsgID)
 }
