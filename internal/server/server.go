@@ -22,6 +22,7 @@ import (
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/metrics"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/pebble"
 	"github.com/parleychat/parley/internal/store/sqlite"
 )
 
@@ -126,7 +127,7 @@ func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration
 	case "sqlite":
 		st, err = sqlite.Open(ctx, sqlite.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
 	case "pebble":
-		st, err = openPebble(ctx, cfg, onCommit)
+		st, err = pebble.Open(ctx, pebble.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
 	default:
 		return nil, fmt.Errorf("unknown storage engine %q (sqlite or pebble)", cfg.Engine)
 	}

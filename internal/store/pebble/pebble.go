@@ -1,5 +1,3 @@
-//go:build pebble
-
 // Package pebble is a storage backend on Pebble, CockroachDB's Go LSM key-value engine,
 // in <Dir>/pebble/. Rows and their indexes are keys (see keys.go for the layout);
 // a commit is one sequential append to Pebble's write-ahead log plus one fsync, however
