@@ -45,13 +45,21 @@ func openTest(tb testing.TB, opts Options) *Store {
 	return s
 }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, Options{}) })
+// harness opens stores with opts for the conformance suite.
+func harness(opts Options) storetest.Harness {
+	return storetest.Harness{
+		Open: func(t testing.TB, c storetest.Config) store.Store {
+			o := opts
+			o.Dir, o.MaxBatch, o.OnCommit = c.Dir, c.MaxBatch, c.OnCommit
+			return openTest(t, o)
+		},
+		Queued: func(s store.Store) int { return s.(*Store).q.Waiting() },
+	}
 }
 
-func TestConformanceRelaxed(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, Options{Relaxed: true}) })
-}
+func TestConformance(t *testing.T) { storetest.Run(t, harness(Options{})) }
+
+func TestConformanceRelaxed(t *testing.T) { storetest.Run(t, harness(Options{Relaxed: true})) }
 
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return openTest(b, Options{}) })
@@ -116,127 +124,6 @@ func TestKeyEncodingOrderAndRoundTrip(t *testing.T) {
 	k := messageKey(nil, "c10", 1)
 	if string(k) >= string(p) && string(k) < string(prefixEnd(p)) {
 		t.Error("message of c10 falls inside the prefix of c1")
-	}
-}
-
-// fixture writes one of everything and returns what it wrote.
-func fixture(t *testing.T, s store.Store) {
-	t.Helper()
-	ctx := t.Context()
-	err := s.Update(ctx, func(tx store.Tx) error {
-		for _, u := range []string{"alice", "bob"} {
-			if err := tx.CreateUser(ctx, store.User{ID: u, Name: "name " + u, TokenGen: 3, CreatedAt: 10}); err != nil {
-				return err
-			}
-		}
-		c := store.Conversation{ID: "c1", Type: "group", Name: "n", OwnerID: "alice", ReadDetail: true,
-			MaxSeq: 2, MembersCount: 2, CreatedAt: 1, UpdatedAt: 2}
-		if err := tx.CreateConversation(ctx, c); err != nil {
-			return err
-		}
-		for i, u := range []string{"alice", "bob"} {
-			if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: u, Ordinal: int64(i), ReadSeq: 1}); err != nil {
-				return err
-			}
-		}
-		for seq := int64(1); seq <= 2; seq++ {
-			m := store.Message{ConvID: "c1", Seq: seq, MsgID: fmt.Sprint("m", seq), ClientMsgID: fmt.Sprint("x", seq),
-				SenderID: "alice", ContentType: 1, Content: []byte(`"hi"`), CreatedAt: 5}
-			if err := tx.InsertMessage(ctx, m); err != nil {
-				return err
-			}
-			for _, u := range []string{"alice", "bob"} {
-				ev := store.Event{UserID: u, Type: protocol.EventMessage, ConvID: "c1", Seq: seq, TS: 100 + seq}
-				if _, err := tx.AppendEvent(ctx, ev); err != nil {
-					return err
-				}
-			}
-		}
-		if err := tx.RecallMessage(ctx, "c1", 2); err != nil {
-			return err
-		}
-		if _, err := tx.PruneEvents(ctx, 102, 1); err != nil { // removes alice's cursor 1
-			return err
-		}
-		_, err := tx.AppendEvent(ctx, store.Event{UserID: "bob", Type: protocol.EventRead, ConvID: "c1",
-			TS: 200, Data: []byte(`{}`)})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-}
-
-// snapshotOf reads everything fixture wrote, for comparison.
-func snapshotOf(t *testing.T, s store.Store) string {
-	t.Helper()
-	ctx := t.Context()
-	var b strings.Builder
-	err := s.View(ctx, func(tx store.ReadTx) error {
-		for _, u := range []string{"alice", "bob"} {
-			us, err := tx.User(ctx, u)
-			fmt.Fprintf(&b, "user %+v %v\n", us, err)
-			cb, err := tx.Cursors(ctx, u)
-			fmt.Fprintf(&b, "cursors %+v %v\n", cb, err)
-			es, err := tx.Events(ctx, u, 0, 100)
-			for _, e := range es {
-				msg := e.Message
-				e.Message = nil
-				fmt.Fprintf(&b, "event %+v", e)
-				if msg != nil {
-					fmt.Fprintf(&b, " message %+v", *msg)
-				}
-				b.WriteString("\n")
-			}
-			ms, err2 := tx.Memberships(ctx, u)
-			fmt.Fprintf(&b, "events err %v memberships %+v %v\n", err, ms, err2)
-		}
-		c, err := tx.Conversation(ctx, "c1")
-		fmt.Fprintf(&b, "conv %+v %v\n", c, err)
-		mem, err := tx.Members(ctx, "c1")
-		fmt.Fprintf(&b, "members %+v %v\n", mem, err)
-		msgs, err := tx.Messages(ctx, "c1", store.MessageRange{Limit: 10})
-		fmt.Fprintf(&b, "messages %+v %v\n", msgs, err)
-		m, err := tx.MessageByClientID(ctx, "alice", "x1")
-		fmt.Fprintf(&b, "by client id %+v %v\n", m, err)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
-}
-
-func TestReopenKeepsEverything(t *testing.T) {
-	for _, relaxed := range []bool{false, true} {
-		t.Run(fmt.Sprint("relaxed=", relaxed), func(t *testing.T) {
-			dir := t.TempDir()
-			ctx := t.Context()
-			s, err := Open(ctx, Options{Dir: dir, Relaxed: relaxed})
-			if err != nil {
-				t.Fatal(err)
-			}
-			fixture(t, s)
-			before := snapshotOf(t, s)
-			if !strings.Contains(before, "Pruned:1") || !strings.Contains(before, "Recalled:true") {
-				t.Fatalf("fixture did not prune or recall:\n%s", before)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
-			s = openTest(t, Options{Dir: dir, Relaxed: relaxed})
-			if after := snapshotOf(t, s); after != before {
-				t.Errorf("after reopen:\n%s\nwant:\n%s", after, before)
-			}
-			var cursor int64
-			err = s.Update(ctx, func(tx store.Tx) (err error) {
-				cursor, err = tx.AppendEvent(ctx, store.Event{UserID: "bob", Type: protocol.EventRead})
-				return err
-			})
-			if err != nil || cursor != 4 {
-				t.Errorf("AppendEvent after reopen = %d, %v; want cursor 4", cursor, err)
-			}
-		})
 	}
 }
 
@@ -630,25 +517,6 @@ func TestMaxBatchCapsBatches(t *testing.T) {
 	}
 	if got, want := rec.get(), []int{1, 4, 4, 2}; !slices.Equal(got, want) {
 		t.Errorf("batch sizes = %v, want %v", got, want)
-	}
-}
-
-func TestKeptTxIsRefused(t *testing.T) {
-	s := openTest(t, Options{})
-	ctx := t.Context()
-	var kept store.Tx
-	if err := s.Update(ctx, func(tx store.Tx) error { kept = tx; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := kept.CreateUser(ctx, store.User{ID: "late"}); err == nil {
-		t.Error("a tx kept after its Update returned still wrote")
-	}
-	var keptView store.ReadTx
-	if err := s.View(ctx, func(tx store.ReadTx) error { keptView = tx; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keptView.User(ctx, "late"); err == nil || errors.Is(err, store.ErrNotFound) {
-		t.Errorf("a tx kept after its View returned still read: %v", err)
 	}
 }
 
