@@ -1,18 +1,14 @@
 package sqlite
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/parleychat/parley/internal/chat/chattest"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/storetest"
-	"github.com/parleychat/parley/protocol"
 )
 
 // openTest opens a store in a fresh directory and closes it at cleanup.
@@ -109,18 +105,6 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 	}
 }
 
-// holdWriter starts an Update whose fn blocks until release is closed, and returns once
-// the writer is inside it. Updates issued meanwhile queue up behind it.
-func holdWriter(t *testing.T, s *Store) (release chan struct{}, done <-chan error) {
-	t.Helper()
-	return holdInside(t, "the writer to run the holding Update", func(inside func()) error {
-		return s.Update(t.Context(), func(tx store.Tx) error {
-			inside()
-			return nil
-		})
-	})
-}
-
 // holdInside runs call on a goroutine; call calls inside, which blocks until release is
 // closed. holdInside returns once inside was called, and done reports call's error.
 func holdInside(t *testing.T, what string, call func(inside func()) error) (release chan struct{}, done <-chan error) {
@@ -142,140 +126,4 @@ func holdInside(t *testing.T, what string, call func(inside func()) error) (rele
 		t.Fatalf("timed out waiting for %s", what)
 	}
 	return release, errc
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
-func TestGroupCommitBatches(t *testing.T) {
-	const queued = 50
-	var mu sync.Mutex
-	var batches []int
-	s := openTest(t, Options{OnCommit: func(n int, d time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		batches = append(batches, n)
-	}})
-	ctx := t.Context()
-	if err := s.Update(ctx, func(tx store.Tx) error {
-		return tx.CreateUser(ctx, store.User{ID: "alice"})
-	}); err != nil {
-		t.Fatal(err)
-	}
-
-	release, held := holdWriter(t, s)
-	errFail := errors.New("fail on purpose")
-	results := make(chan error, queued)
-	for i := range queued {
-		go func() {
-			results <- s.Update(ctx, func(tx store.Tx) error {
-				if _, err := tx.AppendEvent(ctx, store.Event{UserID: "alice", Type: protocol.EventRead}); err != nil {
-					return err
-				}
-				if i%10 == 0 {
-					return errFail // undone alone, inside the shared transaction
-				}
-				return nil
-			})
-		}()
-	}
-	waitFor(t, "the Updates to queue", func() bool { return s.q.Waiting() == queued })
-	close(release)
-	if err := <-held; err != nil {
-		t.Fatalf("holding Update: %v", err)
-	}
-	failed := 0
-	for range queued {
-		switch err := <-results; {
-		case errors.Is(err, errFail):
-			failed++
-		case err != nil:
-			t.Errorf("Update: %v", err)
-		}
-	}
-	if failed != queued/10 {
-		t.Errorf("%d Updates failed, want %d", failed, queued/10)
-	}
-
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{1, 1, queued}; !slices.Equal(batches, want) {
-		t.Errorf("commit batch sizes = %v, want %v: queued Updates must share one commit", batches, want)
-	}
-	var b store.CursorBounds
-	err := s.View(ctx, func(tx store.ReadTx) (err error) {
-		b, err = tx.Cursors(ctx, "alice")
-		return err
-	})
-	if err != nil || b.Last != queued-queued/10 {
-		t.Errorf("Cursors = %+v, %v; want Last %d (gapless over the failures)", b, err, queued-queued/10)
-	}
-}
-
-func TestMaxBatchCapsBatches(t *testing.T) {
-	var mu sync.Mutex
-	var batches []int
-	s := openTest(t, Options{MaxBatch: 4, OnCommit: func(n int, d time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		batches = append(batches, n)
-	}})
-	release, held := holdWriter(t, s)
-	results := make(chan error, 10)
-	for range 10 {
-		go func() { results <- s.Update(t.Context(), func(store.Tx) error { return nil }) }()
-	}
-	waitFor(t, "the Updates to queue", func() bool { return s.q.Waiting() == 10 })
-	close(release)
-	<-held
-	for range 10 {
-		if err := <-results; err != nil {
-			t.Error(err)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{1, 4, 4, 2}; !slices.Equal(batches, want) {
-		t.Errorf("batch sizes = %v, want %v", batches, want)
-	}
-}
-
-func TestCloseDrainsQueuedUpdates(t *testing.T) {
-	s := openTest(t, Options{})
-	ctx := t.Context()
-	release, held := holdWriter(t, s)
-	results := make(chan error, 5)
-	for i := range 5 {
-		go func() {
-			results <- s.Update(ctx, func(tx store.Tx) error {
-				return tx.CreateUser(ctx, store.User{ID: string(rune('a' + i))})
-			})
-		}()
-	}
-	waitFor(t, "the Updates to queue", func() bool { return s.q.Waiting() == 5 })
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	waitFor(t, "Close to start", func() bool { return s.q.Closed() })
-	close(release)
-	<-held
-	for range 5 {
-		if err := <-results; err != nil {
-			t.Errorf("Update queued before Close: %v", err)
-		}
-	}
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
 }

@@ -57,5 +57,10 @@ func harnessTests() []struct {
 	}{
 		{"Lifecycle/ReopenKeepsEverything", testReopenKeepsEverything},
 		{"Lifecycle/KeptTxIsRefused", testKeptTxIsRefused},
+		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
+		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
+		{"GroupCommit/MaxBatchCapsBatches", testMaxBatchCapsBatches},
+		{"GroupCommit/UnderLoad", testGroupCommitUnderLoad},
+		{"GroupCommit/CloseDrainsQueuedUpdates", testCloseDrainsQueuedUpdates},
 	}
 }
