@@ -62,5 +62,7 @@ func harnessTests() []struct {
 		{"GroupCommit/MaxBatchCapsBatches", testMaxBatchCapsBatches},
 		{"GroupCommit/UnderLoad", testGroupCommitUnderLoad},
 		{"GroupCommit/CloseDrainsQueuedUpdates", testCloseDrainsQueuedUpdates},
+		{"Concurrency/EventsOneUser", testConcurrentEventsOneUser},
+		{"Concurrency/MessagesOneConversation", testConcurrentMessagesOneConversation},
 	}
 }

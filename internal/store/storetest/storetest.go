@@ -50,7 +50,6 @@ func Run(t *testing.T, h Harness) {
 		{"Update/PanicReachesCaller", testUpdatePanicReachesCaller},
 		{"Update/ExistsDoesNotAbort", testUpdateExistsDoesNotAbort},
 		{"Update/SeesEarlierUpdates", testUpdateSeesEarlier},
-		{"Update/ConcurrentAppends", testUpdateConcurrentAppends},
 		{"Update/ConcurrentFailuresIsolated", testUpdateConcurrentFailures},
 		{"View/Snapshot", testViewSnapshot},
 		{"View/SeesReturnedUpdate", testViewSeesReturnedUpdate},
