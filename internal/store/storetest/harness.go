@@ -23,6 +23,10 @@ type Harness struct {
 	// the backend honours Config.MaxBatch and Config.OnCommit. Left nil, the GroupCommit
 	// tests are skipped.
 	Queued func(s store.Store) int
+	// LosesUpdatesOnKill says that the stores Open returns may lose Updates that returned
+	// when the process is killed (a mode that does not hand each commit to the operating
+	// system before returning); the suite's crash test is then skipped.
+	LosesUpdatesOnKill bool
 }
 
 // Config is what the suite asks of a store it opens.
@@ -57,6 +61,7 @@ func harnessTests() []struct {
 	}{
 		{"Lifecycle/ReopenKeepsEverything", testReopenKeepsEverything},
 		{"Lifecycle/KeptTxIsRefused", testKeptTxIsRefused},
+		{"Lifecycle/DurableAcrossKill", testDurableAcrossKill},
 		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
 		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
 		{"GroupCommit/MaxBatchCapsBatches", testMaxBatchCapsBatches},
