@@ -14,21 +14,20 @@ import (
 // distinct and gapless. Update fns report with t.Errorf: they may run on the backend's
 // writer goroutine.
 
-// testConcurrentEventsOneUser: goroutines append events to one user's log concurrently.
-// Every Update gets a distinct cursor, the log holds cursors 1..N without a gap, and the
-// event under each cursor is the one whose Update was given that cursor.
-func testConcurrentEventsOneUser(t *testing.T, h Harness) {
-	const goroutines, perGoroutine = 16, 100
-	const n = goroutines * perGoroutine
-	s := h.fresh(t)
-	createUsers(t, s, "alice")
+// handOut runs fn in goroutines*perGoroutine Updates, perGoroutine at a time on each of
+// goroutines goroutines. fn returns the number the store handed its Update (a cursor, a
+// seq) and what the Update wrote under it. handOut fails the test when an Update fails or a
+// number is handed out twice, and returns each number with what was written under it.
+func handOut[V any](t *testing.T, s store.Store, goroutines, perGoroutine int,
+	fn func(ctx context.Context, tx store.Tx, g, i int) (int64, V, error)) map[int64]V {
+	t.Helper()
 	var mu sync.Mutex
-	tsOf := make(map[int64]int64, n) // cursor returned to an Update -> the TS it appended
+	got := make(map[int64]V, goroutines*perGoroutine)
 	runConcurrently(goroutines, perGoroutine, func(g, i int) {
-		ts := int64(g*perGoroutine + i)
-		var cursor int64
+		var n int64
+		var v V
 		err := s.Update(t.Context(), func(tx store.Tx) (err error) {
-			cursor, err = tx.AppendEvent(t.Context(), readEvent("alice", ts))
+			n, v, err = fn(t.Context(), tx, g, i)
 			return err
 		})
 		if err != nil {
@@ -37,14 +36,30 @@ func testConcurrentEventsOneUser(t *testing.T, h Harness) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if prev, taken := tsOf[cursor]; taken {
-			t.Errorf("cursor %d returned to two Updates (TS %d and %d)", cursor, prev, ts)
+		if prev, taken := got[n]; taken {
+			t.Errorf("%d handed to two Updates (which wrote %v and %v)", n, prev, v)
 		}
-		tsOf[cursor] = ts
+		got[n] = v
 	})
-	if len(tsOf) != n {
-		t.Errorf("%d distinct cursors returned to %d Updates", len(tsOf), n)
+	if len(got) != goroutines*perGoroutine {
+		t.Errorf("%d distinct numbers handed to %d Updates", len(got), goroutines*perGoroutine)
 	}
+	return got
+}
+
+// testConcurrentEventsOneUser: goroutines append events to one user's log concurrently.
+// Every Update gets a distinct cursor, the log holds cursors 1..N without a gap, and the
+// event under each cursor is the one whose Update was given that cursor.
+func testConcurrentEventsOneUser(t *testing.T, h Harness) {
+	const goroutines, perGoroutine = 16, 100
+	const n = goroutines * perGoroutine
+	s := h.fresh(t)
+	createUsers(t, s, "alice")
+	tsOf := handOut(t, s, goroutines, perGoroutine, func(ctx context.Context, tx store.Tx, g, i int) (int64, int64, error) {
+		ts := int64(g*perGoroutine + i)
+		cursor, err := tx.AppendEvent(ctx, readEvent("alice", ts))
+		return cursor, ts, err
+	})
 	log := readLog(t, s, "alice", 0)
 	wantCursors(t, log, 1, n)
 	for _, e := range log {
@@ -70,41 +85,21 @@ func testConcurrentMessagesOneConversation(t *testing.T, h Harness) {
 	update(t, s, func(ctx context.Context, tx store.Tx) error {
 		return tx.CreateConversation(ctx, newConversation("c1"))
 	})
-	var mu sync.Mutex
-	idOf := make(map[int64]string, n) // seq an Update inserted -> its message id
-	runConcurrently(goroutines, perGoroutine, func(g, i int) {
+	idOf := handOut(t, s, goroutines, perGoroutine, func(ctx context.Context, tx store.Tx, g, i int) (int64, string, error) {
 		id := fmt.Sprintf("m-%d-%d", g, i)
-		var seq int64
-		err := s.Update(t.Context(), func(tx store.Tx) error {
-			ctx := t.Context()
-			c, err := tx.Conversation(ctx, "c1")
-			if err != nil {
-				return err
-			}
-			c.MaxSeq++
-			seq = c.MaxSeq
-			m := newMessage("c1", seq, fmt.Sprint("sender-", g))
-			m.MsgID, m.ClientMsgID = id, id
-			if err := tx.InsertMessage(ctx, m); err != nil {
-				return err
-			}
-			c.UpdatedAt = m.CreatedAt
-			return tx.UpdateConversation(ctx, c)
-		})
+		c, err := tx.Conversation(ctx, "c1")
 		if err != nil {
-			t.Errorf("goroutine %d, Update %d: %v", g, i, err)
-			return
+			return 0, id, err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if prev, taken := idOf[seq]; taken {
-			t.Errorf("seq %d given to two messages (%s and %s)", seq, prev, id)
+		c.MaxSeq++
+		m := newMessage("c1", c.MaxSeq, fmt.Sprint("sender-", g))
+		m.MsgID, m.ClientMsgID = id, id
+		if err := tx.InsertMessage(ctx, m); err != nil {
+			return 0, id, err
 		}
-		idOf[seq] = id
+		c.UpdatedAt = m.CreatedAt
+		return m.Seq, id, tx.UpdateConversation(ctx, c)
 	})
-	if len(idOf) != n {
-		t.Errorf("%d distinct seqs given to %d messages", len(idOf), n)
-	}
 	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
 		if c, err := tx.Conversation(ctx, "c1"); err != nil || c.MaxSeq != n {
 			t.Errorf("Conversation = %+v, %v; want MaxSeq %d", c, err, n)
