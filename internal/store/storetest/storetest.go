@@ -3,7 +3,9 @@
 // behaviour the chat layer relies on is either asserted here or not relied on.
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) store.Store { return openTestStore(t) })
+//		storetest.Run(t, storetest.Harness{Open: func(t testing.TB, c storetest.Config) store.Store {
+//			return openTestStore(t, c.Dir)
+//		}})
 //	}
 package storetest
 
@@ -16,10 +18,9 @@ import (
 	"github.com/parleychat/parley/internal/store"
 )
 
-// Run runs the conformance suite. open must return a fresh, empty store that no other
-// test shares, and close it at the test's cleanup (a Close error after the suite's own
-// Close is to be ignored). Subtests run in parallel.
-func Run(t *testing.T, open func(t *testing.T) store.Store) {
+// Run runs the conformance suite against the backend h opens. Subtests run in parallel,
+// each on stores of its own.
+func Run(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s store.Store)
@@ -54,7 +55,6 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Update/PanicReachesCaller", testUpdatePanicReachesCaller},
 		{"Update/ExistsDoesNotAbort", testUpdateExistsDoesNotAbort},
 		{"Update/SeesEarlierUpdates", testUpdateSeesEarlier},
-		{"Update/ConcurrentAppends", testUpdateConcurrentAppends},
 		{"Update/ConcurrentFailuresIsolated", testUpdateConcurrentFailures},
 		{"View/Snapshot", testViewSnapshot},
 		{"View/SeesReturnedUpdate", testViewSeesReturnedUpdate},
@@ -63,7 +63,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, open(t))
+			tc.fn(t, h.fresh(t))
+		})
+	}
+	for _, tc := range harnessTests() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
 		})
 	}
 }

@@ -126,24 +126,6 @@ func runConcurrently(goroutines, n int, fn func(g, i int)) {
 	wg.Wait()
 }
 
-func testUpdateConcurrentAppends(t *testing.T, s store.Store) {
-	const goroutines, perGoroutine = 8, 200
-	createUsers(t, s, "alice")
-	runConcurrently(goroutines, perGoroutine, func(g, i int) {
-		err := s.Update(t.Context(), func(tx store.Tx) error {
-			_, err := tx.AppendEvent(t.Context(), readEvent("alice", int64(i)))
-			return err
-		})
-		if err != nil {
-			t.Errorf("goroutine %d, Update %d: %v", g, i, err)
-		}
-	})
-	wantCursors(t, readLog(t, s, "alice", 0), 1, goroutines*perGoroutine)
-	if got := cursorsOf(t, s, "alice"); got.Last != goroutines*perGoroutine {
-		t.Errorf("Cursors = %+v, want Last %d", got, goroutines*perGoroutine)
-	}
-}
-
 func testUpdateConcurrentFailures(t *testing.T, s store.Store) {
 	const goroutines, perGoroutine = 8, 60
 	createUsers(t, s, "alice")
