@@ -61,6 +61,7 @@ func harnessTests() []struct {
 	}{
 		{"Lifecycle/ReopenKeepsEverything", testReopenKeepsEverything},
 		{"Lifecycle/KeptTxIsRefused", testKeptTxIsRefused},
+		{"Lifecycle/AppendAfterReopen", testAppendAfterReopen},
 		{"Lifecycle/DurableAcrossKill", testDurableAcrossKill},
 		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
 		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
