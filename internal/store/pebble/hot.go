@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -30,7 +31,7 @@ import (
 // does not wait.
 type hotState struct {
 	convs    map[string]*convHead
-	users    map[string]store.CursorBounds
+	users    map[string]hotUser
 	members  int // members held by all heads, for the bound
 	recent   recentSet
 	building int64  // the number of the batch being built
@@ -91,6 +92,14 @@ const (
 	maxHotUsers   = 1 << 18
 )
 
+// hotUser is one user's log as AppendMessage needs it.
+type hotUser struct {
+	last int64 // the last cursor
+	hour int64 // the hour of the last hour hint written (keys.go); noHour when not known
+}
+
+const noHour = math.MinInt64
+
 // convHead is one conversation as AppendMessage needs it.
 type convHead struct {
 	conv    store.Conversation
@@ -117,7 +126,7 @@ func (h *convHead) member(user string) int {
 }
 
 func newHotState() hotState {
-	return hotState{convs: make(map[string]*convHead), users: make(map[string]store.CursorBounds),
+	return hotState{convs: make(map[string]*convHead), users: make(map[string]hotUser),
 		recent: recentSet{keys: make(map[string]struct{})}}
 }
 
@@ -144,7 +153,7 @@ func (h *hotState) invalidate(key []byte) {
 			clear(h.convs) // cannot happen: keys are built by keys.go
 			h.members = 0
 		}
-	case tBounds:
+	case tBounds, tEvent:
 		if id, _, err := readStr(key[1:]); err == nil {
 			h.dropUser(id)
 		} else {
@@ -205,22 +214,23 @@ func (h *hotState) head(ctx context.Context, t *txn, id string) (*convHead, erro
 	return head, nil
 }
 
-// bounds returns the user's log bounds, reading them through t when not held.
-func (h *hotState) bounds(ctx context.Context, t *txn, user string) (store.CursorBounds, error) {
-	if b, ok := h.users[user]; ok {
-		return b, nil
+// user returns the user's log, reading it through t when not held.
+func (h *hotState) user(ctx context.Context, t *txn, id string) (hotUser, error) {
+	if u, ok := h.users[id]; ok {
+		return u, nil
 	}
 	h.settle()
-	b, err := readTx{t}.Cursors(ctx, user)
+	b, err := readTx{t}.Cursors(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		// A member who is not a user: the rows disagree, which no Update can cause.
-		return b, corrupt(errCorrupt, "member %q of a conversation is not a user", user)
+		return hotUser{}, corrupt(errCorrupt, "member %q of a conversation is not a user", id)
 	}
 	if err != nil {
-		return b, err
+		return hotUser{}, err
 	}
-	h.users[user] = b
-	return b, nil
+	u := hotUser{last: b.Last, hour: noHour}
+	h.users[id] = u
+	return u, nil
 }
 
 // appendMessage is AppendMessage on the writer goroutine (see store.Appended). Everything
@@ -251,15 +261,15 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	if h == nil || h.member(m.SenderID) < 0 {
 		return store.Appended{}, store.ErrNotMember
 	}
-	bounds := w.scratch.bounds[:0]
+	users := w.scratch.users[:0]
 	for _, mem := range h.members {
-		b, err := w.hot.bounds(ctx, t, mem.UserID)
+		u, err := w.hot.user(ctx, t, mem.UserID)
 		if err != nil {
 			return store.Appended{}, err
 		}
-		bounds = append(bounds, b)
+		users = append(users, u)
 	}
-	w.scratch.bounds = bounds
+	w.scratch.users = users
 
 	// Writes. t.set records each key's previous state for the undo log.
 	m.Seq = h.conv.MaxSeq + 1
@@ -284,12 +294,12 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	res := store.Appended{Message: m, Events: make([]store.Delivery, len(h.members))}
 	ev := store.Event{Type: store.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
 	for i, mem := range h.members {
-		b := &bounds[i]
+		u := &users[i]
 		ev.UserID = mem.UserID
-		if err := w.appendEvent(t, b, ev); err != nil {
+		if err := appendEvent(t, u, ev); err != nil {
 			return store.Appended{}, err
 		}
-		res.Events[i] = store.Delivery{UserID: mem.UserID, Cursor: b.Last}
+		res.Events[i] = store.Delivery{UserID: mem.UserID, Cursor: u.last}
 		if after, changed := store.AfterAppend(mem, m); changed {
 			if err := t.setKnown(memberKey(t.key[:0], m.ConvID, mem.UserID), encodeMember(t.enc[:0], after), encodeMember(w.scratch.prev[:0], mem)); err != nil {
 				return store.Appended{}, err
@@ -302,33 +312,34 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	h.conv = conv
 	for i, mem := range h.members {
 		h.members[i], _ = store.AfterAppend(mem, m)
-		w.hot.users[mem.UserID] = bounds[i]
+		w.hot.users[mem.UserID] = users[i]
 	}
 	return res, nil
 }
 
-// appendEvent writes ev as the next event of its user, whose bounds are *b (raised here),
-// like AppendEvent but with the bounds from the hot state.
-func (w *writer) appendEvent(t *txn, b *store.CursorBounds, ev store.Event) error {
-	prev := encodeBounds(w.scratch.prev[:0], *b)
-	b.Last++
-	if err := t.setKnown(boundsKey(t.key[:0], ev.UserID), encodeBounds(t.enc[:0], *b), prev); err != nil {
+// appendEvent writes ev as the next event of its user, whose log is *u (advanced here),
+// like AppendEvent but with the last cursor from the hot state, and the hour hint only
+// when the hour changed.
+func appendEvent(t *txn, u *hotUser, ev store.Event) error {
+	u.last++
+	t.key = eventKey(t.key[:0], ev.UserID, u.last)
+	if err := t.setNew(t.key, encodeEvent(t.enc[:0], ev)); err != nil {
 		return err
 	}
-	t.key = eventKey(t.key[:0], ev.UserID, b.Last)
-	n := len(t.key)
-	t.key = eventByTimeKey(t.key, ev.TS, ev.UserID, b.Last)
-	ek, tk := t.key[:n], t.key[n:]
-	if err := t.setNew(ek, encodeEvent(t.enc[:0], ev)); err != nil {
-		return err
+	if hour := hourOf(ev.TS); hour != u.hour {
+		// May exist already: the undo then rewrites it, empty as it was.
+		if err := t.setKnown(eventHourKey(t.key[:0], hour, ev.UserID), nil, nil); err != nil {
+			return err
+		}
+		u.hour = hour
 	}
-	return t.setNew(tk, nil)
+	return nil
 }
 
 // appendScratch are the writer's buffers for appendMessage, reused from send to send.
 type appendScratch struct {
-	bounds []store.CursorBounds
-	prev   []byte
+	users []hotUser
+	prev  []byte
 }
 
 // AppendMessage implements store.Store: it runs on the writer goroutine, in the group

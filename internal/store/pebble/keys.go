@@ -21,7 +21,8 @@ import (
 //	i  enc(msg_id)                        -> enc(conv) int(seq): written by layout 1 only
 //	k  enc(sender) enc(client_msg_id)     -> enc(conv) int(seq): unique (sender, client_msg_id)
 //	e  enc(user) int(cursor)              -> event row: type, conv, ts, seq, data
-//	t  int(ts) enc(user) int(cursor)      -> empty: events by time, for PruneEvents
+//	h  int(hour) enc(user)                -> empty: the user has events of that hour, for PruneEvents
+//	t  int(ts) enc(user) int(cursor)      -> empty: events by time, written by layout 1 only
 //	v                                     -> layout version (uvarint)
 //
 // int(x) is the int64 as 8 big-endian bytes with the sign bit flipped, so that byte order
@@ -32,11 +33,16 @@ import (
 // same bytes. Parley's ids are [A-Za-z0-9_.@-] and never contain 0x00, so in practice enc
 // only appends two bytes; the escape keeps the layout unambiguous for any string.
 //
-// The bounds key n is written by CreateUser and exists exactly when the user does, so
-// AppendEvent reads one small key (not the user row) to learn both that the user exists
-// and its last cursor, and rewrites only that key. Keys e and t, m and M, g and k are
-// always written and removed together, and so are m and r: an index entry exists exactly
-// when its row does. Keys i were a msg_id index that nothing read; databases from before
+// The bounds key n is written by CreateUser and exists exactly when the user does; it holds
+// the Pruned bound, raised by PruneEvents, and a Last that may be stale: an event does not
+// rewrite it. The user's last cursor is the highest of n's Last and Pruned and of the
+// user's newest event key e (txn.cursors), so that appending an event writes one key, not
+// two. The hour hint h is written with the first event of each hour a user gets (an Update
+// may write it again: it is only a hint) and removed by PruneEvents once that hour is past
+// the retention bound and the user's events of it are gone; where layout 1 wrote one time
+// index entry t per event, an event now costs no index entry at all. Keys m and M, g and k
+// are always written and removed together, and so are m and r: an index entry exists
+// exactly when its row does. Keys i were a msg_id index that nothing read; databases from before
 // they were dropped still hold them, unused.
 //
 // Members scans the roster r, never the member rows m themselves: a member row is rewritten
@@ -58,6 +64,7 @@ const (
 	tClientID     byte = 'k'
 	tEvent        byte = 'e'
 	tEventByTime  byte = 't'
+	tEventByHour  byte = 'h'
 	tVersion      byte = 'v'
 )
 
@@ -166,6 +173,22 @@ func eventKey(b []byte, user string, cursor int64) []byte {
 
 func eventByTimeKey(b []byte, ts int64, user string, cursor int64) []byte {
 	return appendInt(appendStr(appendInt(append(b, tEventByTime), ts), user), cursor)
+}
+
+// hourMS is the span of an hour hint.
+const hourMS = 3_600_000
+
+// hourOf returns the hour (Unix ms / hourMS, rounded down) that ts falls in.
+func hourOf(ts int64) int64 {
+	h := ts / hourMS
+	if ts%hourMS < 0 {
+		h--
+	}
+	return h
+}
+
+func eventHourKey(b []byte, hour int64, user string) []byte {
+	return appendStr(appendInt(append(b, tEventByHour), hour), user)
 }
 
 var versionKey = []byte{tVersion}

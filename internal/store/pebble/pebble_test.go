@@ -200,3 +200,57 @@ func TestCommitFailureIsUnavailable(t *testing.T) {
 
 // discardLogger drops the errors a test provokes on purpose.
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestPruneLayoutOneEvents: events written by layout 1, each with a time index entry and
+// the bounds rewritten, are pruned like new ones, and appends go on after them.
+func TestPruneLayoutOneEvents(t *testing.T) {
+	s := openTest(t, Options{})
+	ctx := t.Context()
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateUser(ctx, store.User{ID: "alice", Name: "Alice", TokenGen: 1})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// What layout 1's AppendEvent wrote for cursors 1 and 2, at ts 10 and 20.
+	b := s.db.NewBatch()
+	for c := int64(1); c <= 2; c++ {
+		ev := store.Event{UserID: "alice", Type: "read", ConvID: "c1", TS: 10 * c, Data: []byte(`{}`)}
+		_ = b.Set(eventKey(nil, "alice", c), encodeEvent(nil, ev), nil)
+		_ = b.Set(eventByTimeKey(nil, ev.TS, "alice", c), nil, nil)
+	}
+	_ = b.Set(boundsKey(nil, "alice"), encodeBounds(nil, store.CursorBounds{Last: 2}), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	var removed int
+	if err := s.Update(ctx, func(tx store.Tx) (err error) {
+		removed, err = tx.PruneEvents(ctx, 15, 100)
+		return err
+	}); err != nil || removed != 1 {
+		t.Fatalf("PruneEvents = %d, %v; want 1 removed", removed, err)
+	}
+	var cursor int64
+	if err := s.Update(ctx, func(tx store.Tx) (err error) {
+		cursor, err = tx.AppendEvent(ctx, store.Event{UserID: "alice", Type: "read", ConvID: "c1", TS: 30, Data: []byte(`{}`)})
+		return err
+	}); err != nil || cursor != 3 {
+		t.Fatalf("AppendEvent after pruning = %d, %v; want cursor 3", cursor, err)
+	}
+	if err := s.View(ctx, func(tx store.ReadTx) error {
+		b, err := tx.Cursors(ctx, "alice")
+		if err != nil || b != (store.CursorBounds{Last: 3, Pruned: 1}) {
+			t.Errorf("Cursors = %+v, %v; want last 3, pruned 1", b, err)
+		}
+		evs, err := tx.Events(ctx, "alice", 0, 10)
+		if err != nil || len(evs) != 2 || evs[0].Cursor != 2 || evs[1].Cursor != 3 {
+			t.Errorf("Events = %+v, %v; want cursors 2 and 3", evs, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, closer, err := s.db.Get(eventByTimeKey(nil, 10, "alice", 1)); err == nil {
+		closer.Close()
+		t.Error("the pruned event's time index entry is still there")
+	}
+}

@@ -714,69 +714,81 @@ func (r readTx) Cursors(ctx context.Context, userID string) (store.CursorBounds,
 	if err := t.check(ctx); err != nil {
 		return store.CursorBounds{}, err
 	}
-	t.key = boundsKey(t.key[:0], userID)
-	v, found, err := t.get(t.key)
-	if err != nil {
-		return store.CursorBounds{}, err
+	b, found, err := t.cursors(userID)
+	if err == nil && !found {
+		err = notFound("cursors of user %q", userID)
 	}
-	if !found {
-		return store.CursorBounds{}, notFound("cursors of user %q", userID)
-	}
-	b, err := decodeBounds(v)
-	if err != nil {
-		return store.CursorBounds{}, corrupt(err, "cursors of user %q", userID)
-	}
-	return b, nil
+	return b, err
 }
 
-// AppendEvent implements store.EventWriter. The user's bounds key holds its last cursor;
-// the single writer serializes every AppendEvent, so cursors are gapless per user, and an
-// undone request restores the bounds it raised.
+// cursors returns the user's log bounds (keys.go): Last is the highest of the stored Last,
+// the Pruned bound and the newest event's cursor. found is false for an unknown user.
+func (t *txn) cursors(user string) (b store.CursorBounds, found bool, err error) {
+	t.key = boundsKey(t.key[:0], user)
+	v, found, err := t.get(t.key)
+	if err != nil || !found {
+		return b, false, err
+	}
+	if b, err = decodeBounds(v); err != nil {
+		return b, false, corrupt(err, "cursors of user %q", user)
+	}
+	prefix := appendStr([]byte{tEvent}, user)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return b, false, err
+	}
+	if it.Last() {
+		c, _, err := readInt(it.Key()[len(prefix):])
+		if err != nil {
+			return b, false, errors.Join(corrupt(err, "events of user %q", user), it.Close())
+		}
+		b.Last = max(b.Last, c)
+	}
+	if err := closeIter(it); err != nil {
+		return b, false, err
+	}
+	b.Last = max(b.Last, b.Pruned)
+	return b, true, nil
+}
+
+// AppendEvent implements store.EventWriter. The single writer serializes every
+// AppendEvent, so cursors are gapless per user; an undone request deletes its event, which
+// takes the user's last cursor back with it.
 func (w writeTx) AppendEvent(ctx context.Context, e store.Event) (int64, error) {
 	t := w.t
 	if err := t.check(ctx); err != nil {
 		return 0, err
 	}
-	t.key = boundsKey(t.key[:0], e.UserID)
-	bk := t.key
-	prev, found, err := t.get(bk)
+	b, found, err := t.cursors(e.UserID)
 	if err != nil {
 		return 0, err
 	}
 	if !found {
 		return 0, notFound("append event: user %q", e.UserID)
 	}
-	b, err := decodeBounds(prev)
-	if err != nil {
-		return 0, corrupt(err, "cursors of user %q", e.UserID)
-	}
-	b.Last++
-	cursor := b.Last
-	t.enc = encodeBounds(t.enc[:0], b)
-	if err := t.set(bk, t.enc, prev, true); err != nil {
-		return 0, err
-	}
-	// The event and its time index entry are new: cursor is above every cursor the user
-	// ever had, and an undo that lowers Last again deletes them.
+	cursor := b.Last + 1
+	// The event is new: cursor is above every cursor the user ever had. The hour hint may
+	// exist; an undo leaves it, harmlessly (keys.go).
 	t.key = eventKey(t.key[:0], e.UserID, cursor)
 	n := len(t.key)
-	t.key = eventByTimeKey(t.key, e.TS, e.UserID, cursor)
-	ek, tk := t.key[:n], t.key[n:]
+	t.key = eventHourKey(t.key, hourOf(e.TS), e.UserID)
+	ek, hk := t.key[:n], t.key[n:]
 	e.Message = nil
 	t.enc = encodeEvent(t.enc[:0], e)
 	if err := t.set(ek, t.enc, nil, false); err != nil {
 		return 0, err
 	}
-	if err := t.set(tk, nil, nil, false); err != nil {
+	if err := t.set(hk, nil, nil, true); err != nil {
 		return 0, err
 	}
 	return cursor, nil
 }
 
-// PruneEvents implements store.EventWriter. After removing the oldest events it also
-// removes any event of an affected user at or below the new Pruned bound that a clock step
-// backwards left with a later ts, so that "every cursor <= Pruned is gone" holds; such
-// stragglers count in the result and may take it past limit (as in the SQLite backend).
+// PruneEvents implements store.EventWriter. It takes the hour hints (keys.go) of hours
+// that begin before the bound, oldest first, and for each one removes the user's oldest
+// events while their ts is before the bound: a prefix of the log, so that "every cursor
+// <= Pruned is gone" holds. Events of a database written by layout 1, indexed one by one,
+// go first (pruneIndexed).
 func (w writeTx) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
 	t := w.t
 	if err := t.check(ctx); err != nil {
@@ -785,6 +797,130 @@ func (w writeTx) PruneEvents(ctx context.Context, before int64, limit int) (int,
 	if limit <= 0 {
 		return 0, nil
 	}
+	removed, err := t.pruneIndexed(before, limit)
+	if err != nil || removed >= limit {
+		return removed, err
+	}
+	hints, err := t.hourHints(before, limit-removed)
+	if err != nil {
+		return removed, err
+	}
+	for _, h := range hints {
+		n, done, err := t.pruneUser(h.user, before, limit-removed)
+		if err != nil {
+			return removed, err
+		}
+		removed += n
+		if done && (h.hour+1)*hourMS <= before { // the whole hour is past the bound
+			if err := t.del(eventHourKey(t.key[:0], h.hour, h.user), nil); err != nil {
+				return removed, err
+			}
+		}
+		if removed >= limit {
+			break
+		}
+	}
+	return removed, nil
+}
+
+// hourHint is one hour hint: user has (or had) events in hour.
+type hourHint struct {
+	hour int64
+	user string
+}
+
+// hourHints returns up to limit hour hints of hours that begin before the bound, oldest
+// first.
+func (t *txn) hourHints(before int64, limit int) ([]hourHint, error) {
+	it, err := t.iter([]byte{tEventByHour}, appendInt([]byte{tEventByHour}, hourOf(before)+1))
+	if err != nil {
+		return nil, err
+	}
+	var out []hourHint
+	for valid := it.First(); valid && len(out) < limit; valid = it.Next() {
+		hour, rest, err := readInt(it.Key()[1:])
+		var user string
+		if err == nil {
+			user, _, err = readStr(rest)
+		}
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "prune events"), it.Close())
+		}
+		out = append(out, hourHint{hour: hour, user: user})
+	}
+	return out, closeIter(it)
+}
+
+// pruneUser removes up to limit of the user's oldest events while their ts is before the
+// bound, and raises the user's Pruned bound to the last one removed. done reports that it
+// stopped at an event at or past the bound, or at the end of the log, not at the limit.
+func (t *txn) pruneUser(user string, before int64, limit int) (removed int, done bool, err error) {
+	prefix := appendStr([]byte{tEvent}, user)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return 0, false, err
+	}
+	type doomedEvent struct {
+		cursor int64
+		val    []byte
+	}
+	var doomed []doomedEvent
+	done = true
+	for valid := it.First(); valid; valid = it.Next() {
+		if len(doomed) == limit {
+			done = false
+			break
+		}
+		c, _, err := readInt(it.Key()[len(prefix):])
+		var v []byte
+		if err == nil {
+			v, err = it.ValueAndErr()
+		}
+		var e store.Event
+		if err == nil {
+			e, err = decodeEvent(v, user, c)
+		}
+		if err != nil {
+			return 0, false, errors.Join(corrupt(err, "prune events of user %q", user), it.Close())
+		}
+		if e.TS >= before {
+			break
+		}
+		doomed = append(doomed, doomedEvent{cursor: c, val: slices.Clone(v)}) // for the undo log
+	}
+	if err := closeIter(it); err != nil {
+		return 0, false, err
+	}
+	if len(doomed) == 0 {
+		return 0, done, nil
+	}
+	// The bounds first, while Last may still be the newest event's cursor.
+	b, found, err := t.cursors(user)
+	if err != nil || !found {
+		return 0, false, errors.Join(err, corrupt(errCorrupt, "events of unknown user %q", user))
+	}
+	prev := slices.Clone(t.val) // the bounds key's value, which t.cursors read last
+	b.Pruned = max(b.Pruned, doomed[len(doomed)-1].cursor)
+	t.key = boundsKey(t.key[:0], user)
+	t.enc = encodeBounds(t.enc[:0], b)
+	if err := t.set(t.key, t.enc, prev, true); err != nil {
+		return 0, false, err
+	}
+	for _, d := range doomed {
+		t.key = eventKey(t.key[:0], user, d.cursor)
+		if err := t.del(t.key, d.val); err != nil {
+			return 0, false, err
+		}
+	}
+	return len(doomed), done, nil
+}
+
+// pruneIndexed is PruneEvents over the per-event time index of layout 1. After removing
+// the oldest events it also removes any event of an affected user at or below the new
+// Pruned bound that a clock step backwards left with a later ts, so that "every cursor <=
+// Pruned is gone" holds; such stragglers count in the result and may take it past limit
+// (as in the SQLite backend).
+func (t *txn) pruneIndexed(before int64, limit int) (int, error) {
 	oldest, err := t.oldestEvents(before, limit)
 	if err != nil {
 		return 0, err
