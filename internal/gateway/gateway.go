@@ -348,10 +348,11 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errors.New("gateway: response writer cannot hijack")
 	}
 	c, rw, err := h.Hijack()
-	if err == nil {
-		s.hijacked = true
+	if err != nil {
+		return c, rw, err
 	}
-	return c, rw, err
+	s.hijacked = true
+	return &corkConn{Conn: c}, rw, nil
 }
 
 // code is the status to count: 101 for an upgraded connection, 200 if none was written.

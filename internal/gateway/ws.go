@@ -106,9 +106,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.wg.Done()
 		return // the upgrader has answered
 	}
+	cork, _ := ws.UnderlyingConn().(*corkConn) // nil if the server was not built by New
 	c := &wsConn{
 		g:          g,
 		ws:         ws,
+		cork:       cork,
 		me:         me,
 		sess:       sess,
 		key:        deviceKey{me.UserID, me.DeviceID},
@@ -192,6 +194,7 @@ func (g *Gateway) unregister(c *wsConn) {
 type wsConn struct {
 	g     *Gateway
 	ws    *websocket.Conn
+	cork  *corkConn // ws's network connection; the writer holds it while frames are waiting
 	me    chat.Identity
 	order uint64       // upgrade order: of two connections of one device, the later one stays
 	sess  chat.Session // re-checked before every frame: a revoked or expired token stops acting
@@ -460,11 +463,16 @@ func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
 		case <-c.done:
 			return
 		case b := <-c.replies:
-			err = c.write(b)
+			c.hold()
+			if err = c.write(b); err == nil {
+				err = c.writeWaiting(sub, &last)
+			}
 		case ev := <-sub.Events():
+			c.hold()
 			if !c.deliver(sub, ev, &last) {
 				return
 			}
+			err = c.writeWaiting(sub, &last)
 		case <-sub.Done():
 			c.subscriptionEnded(sub.Err())
 			return
@@ -478,6 +486,44 @@ func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
 	}
 }
 
+// hold makes the frames written until writeWaiting returns go out in one system call.
+func (c *wsConn) hold() {
+	if c.cork != nil {
+		c.cork.hold()
+	}
+}
+
+// writeWaiting writes the replies and events already waiting, a bounded number so that a
+// busy connection still gets its pings, then sends everything written since hold.
+func (c *wsConn) writeWaiting(sub *hub.Subscription, last *int64) error {
+	for range maxWaitingWrites {
+		select {
+		case b := <-c.replies:
+			if err := c.write(b); err != nil {
+				return err
+			}
+			continue
+		case ev := <-sub.Events():
+			if !c.deliver(sub, ev, last) {
+				return errConnEnding
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if c.cork != nil {
+		return c.cork.flush()
+	}
+	return nil
+}
+
+// maxWaitingWrites is how many waiting frames writeWaiting writes in one go.
+const maxWaitingWrites = 64
+
+// errConnEnding reports that the connection is closing (deliver has closed it).
+var errConnEnding = errors.New("gateway: connection ending")
+
 func (c *wsConn) write(b []byte) error {
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
 	return c.ws.WriteMessage(websocket.TextMessage, b)
@@ -487,6 +533,9 @@ func (c *wsConn) write(b []byte) error {
 // answer (or for the reader to end), then closes the socket, which ends the reader.
 func (c *wsConn) finish() {
 	<-c.done
+	if c.cork != nil {
+		_ = c.cork.flush() // frames held when the writer stopped; an error shows below
+	}
 	deadline := time.Now().Add(closeGrace)
 	if c.lastFrame != nil {
 		_ = c.ws.SetWriteDeadline(deadline)
