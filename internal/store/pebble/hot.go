@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/parleychat/parley/internal/store"
 )
@@ -32,57 +29,10 @@ import (
 type hotState struct {
 	convs    map[string]*convHead
 	users    map[string]hotUser
-	members  int // members held by all heads, for the bound
-	recent   recentSet
-	building int64  // the number of the batch being built
-	settle   func() // the writer's, see groupcommit.Builder.Add
-}
-
-// recentSet holds the (sender, client_msg_id) keys that the last recentBatches batches
-// appended, so that an AppendMessage whose caller found its key absent in the database
-// (precheck) need not read it again on the writer: a key written since that read is here.
-type recentSet struct {
-	keys    map[string]struct{}
-	batches []recentBatch // oldest first
-	cur     []string      // the keys of the batch being built
-	dropped int64         // no batch numbered above it has been dropped from keys
-}
-
-type recentBatch struct {
-	n    int64
-	keys []string
-}
-
-const recentBatches = 64
-
-func (r *recentSet) add(key string) {
-	r.keys[key] = struct{}{}
-	r.cur = append(r.cur, key)
-}
-
-// seal files the keys of batch n, dropping the oldest batch's beyond recentBatches.
-func (r *recentSet) seal(n int64) {
-	r.batches = append(r.batches, recentBatch{n: n, keys: r.cur})
-	r.cur = nil
-	if len(r.batches) > recentBatches {
-		old := r.batches[0]
-		for _, k := range old.keys {
-			delete(r.keys, k)
-		}
-		r.dropped = max(r.dropped, old.n)
-		r.batches = slices.Delete(r.batches, 0, 1)
-	}
-}
-
-// covers reports whether every key appended by a batch numbered above gen is held.
-func (r *recentSet) covers(gen int64) bool { return gen >= r.dropped }
-
-// precheck is what an AppendMessage's caller learned of its dedup key before queueing:
-// whether the key was found in the database after every batch up to gen had committed.
-type precheck struct {
-	gen   int64
-	found bool
-	ok    bool // false: no check was made
+	members  int        // members held by all heads, for the bound
+	fresh    *freshKeys // dedup keys maybe only in memtables (dedup.go)
+	building int64      // the number of the batch being built
+	settle   func()     // the writer's, see groupcommit.Builder.Add
 }
 
 // The bounds of hotState, trimmed between batches. A head costs about 150 bytes per
@@ -125,9 +75,9 @@ func (h *convHead) member(user string) int {
 	return -1
 }
 
-func newHotState() hotState {
+func newHotState(rotate int) hotState {
 	return hotState{convs: make(map[string]*convHead), users: make(map[string]hotUser),
-		recent: recentSet{keys: make(map[string]struct{})}}
+		fresh: newFreshKeys(rotate)}
 }
 
 // dropConv and dropUser forget an entry that a write is about to change.
@@ -160,9 +110,7 @@ func (h *hotState) invalidate(key []byte) {
 			clear(h.users)
 		}
 	case tClientID:
-		// A message stored by an Update (not AppendMessage): its key is not in the recent
-		// set, so a precheck made before this batch commits proves nothing.
-		h.recent.dropped = max(h.recent.dropped, h.building)
+		h.fresh.add(string(key)) // a message stored by an Update, not AppendMessage
 	}
 }
 
@@ -243,8 +191,8 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	}
 	t.key = clientIDKey(t.key[:0], m.SenderID, m.ClientMsgID)
 	dedup := string(t.key)
-	_, recent := w.hot.recent.keys[dedup]
-	if recent || !pre.ok || pre.found || !w.hot.recent.covers(pre.gen) {
+	fresh, epoch := w.hot.fresh.has(dedup)
+	if fresh || !pre.ok || pre.found || pre.epoch != epoch {
 		// Maybe a retry: read the key, from the database once the batch in flight (which
 		// may hold the original) has committed, or from the batch being built.
 		w.settle()
@@ -308,7 +256,7 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	}
 
 	// Every write is in the batch: the hot state follows.
-	w.hot.recent.add(dedup)
+	w.hot.fresh.add(dedup)
 	h.conv = conv
 	for i, mem := range h.members {
 		h.members[i], _ = store.AfterAppend(mem, m)
@@ -364,25 +312,4 @@ func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appen
 		return err
 	})
 	return res, err
-}
-
-// precheck looks m's dedup key up in the database as it stands after the last commit.
-// What it finds is not an answer (the original may not be durable yet): the writer reads
-// the key again when it was found.
-func (s *Store) precheck(m store.Message) precheck {
-	if !s.enter() {
-		return precheck{}
-	}
-	defer s.views.Done()
-	gen := s.w.committed.Load()
-	_, closer, err := s.db.Get(clientIDKey(nil, m.SenderID, m.ClientMsgID))
-	switch {
-	case err == nil:
-		_ = closer.Close()
-		return precheck{gen: gen, found: true, ok: true}
-	case errors.Is(err, pebble.ErrNotFound):
-		return precheck{gen: gen, ok: true}
-	default:
-		return precheck{} // the writer reads it again, and reports the error
-	}
 }

@@ -94,6 +94,8 @@ type Options struct {
 
 	// fs replaces the operating system's file system, for tests that inject I/O errors.
 	fs vfs.FS
+	// dedupRotateAt replaces rotateAt (dedup.go), for tests of the memtable rotation.
+	dedupRotateAt int
 }
 
 // withDefaults validates o and fills in its defaults.
@@ -210,6 +212,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := checkVersion(db); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	// What the WAL replay put in the memtables goes to sstables, where AppendMessage's
+	// dedup check looks for keys the writer did not write itself (dedup.go).
+	if err := db.Flush(); err != nil {
+		return nil, errors.Join(fmt.Errorf("pebble: flush after recovery: %w", err), db.Close())
+	}
 	sync := pebble.Sync
 	if opts.Relaxed {
 		sync = pebble.NoSync
@@ -222,7 +229,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.cur = s.newReadState()
 	s.w = &writer{
 		db: db, sync: sync, onCommit: opts.OnCommit,
-		publish: s.publish, failed: &s.failed, hot: newHotState(),
+		publish: s.publish, failed: &s.failed, hot: newHotState(opts.dedupRotateAt),
 	}
 	go func() {
 		defer close(s.writerDone)

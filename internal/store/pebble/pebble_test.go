@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -252,5 +253,68 @@ func TestPruneLayoutOneEvents(t *testing.T) {
 	if _, closer, err := s.db.Get(eventByTimeKey(nil, 10, "alice", 1)); err == nil {
 		closer.Close()
 		t.Error("the pruned event's time index entry is still there")
+	}
+}
+
+// TestDedupAcrossMemtableRotations: once the writer has rotated the memtable and retired
+// the keys it held from its fresh set, a retry of an old message is still found (in the
+// sstables), as is one sent after a reopen, and new messages keep their seqs.
+func TestDedupAcrossMemtableRotations(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, Options{Dir: dir, dedupRotateAt: 8})
+	ctx := t.Context()
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		for _, u := range []string{"alice", "bob"} {
+			if err := tx.CreateUser(ctx, store.User{ID: u, TokenGen: 1}); err != nil {
+				return err
+			}
+		}
+		if err := tx.CreateConversation(ctx, store.Conversation{ID: "c1", Type: "direct", MembersCount: 2}); err != nil {
+			return err
+		}
+		for i, u := range []string{"alice", "bob"} {
+			if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: u, Ordinal: int64(i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(i int) store.Message {
+		return store.Message{ConvID: "c1", SenderID: "alice", MsgID: fmt.Sprint("m", i), ClientMsgID: fmt.Sprint("x", i),
+			ContentType: 1, Content: []byte(`1`), CreatedAt: int64(i)}
+	}
+	const n = 200
+	for i := 1; i <= n; i++ {
+		res, err := s.AppendMessage(ctx, msg(i))
+		if err != nil || res.Duplicate || res.Message.Seq != int64(i) {
+			t.Fatalf("append %d = %+v, %v", i, res, err)
+		}
+	}
+	if got := len(s.w.hot.fresh.keys); got >= n/2 {
+		t.Fatalf("the fresh set holds %d keys of %d: no rotation retired any", got, n)
+	}
+	retry := func(s *Store, i int) {
+		t.Helper()
+		m := msg(i)
+		m.MsgID = "other"
+		res, err := s.AppendMessage(ctx, m)
+		if err != nil || !res.Duplicate || res.Message.Seq != int64(i) || res.Message.MsgID != fmt.Sprint("m", i) {
+			t.Errorf("retry of %d = %+v, %v; want the original", i, res, err)
+		}
+	}
+	for _, i := range []int{1, 50, n} {
+		retry(s, i)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, Options{Dir: dir, dedupRotateAt: 8})
+	for _, i := range []int{1, n} {
+		retry(s, i)
+	}
+	if res, err := s.AppendMessage(ctx, msg(n+1)); err != nil || res.Message.Seq != n+1 {
+		t.Errorf("append after reopen = %+v, %v; want seq %d", res, err, n+1)
 	}
 }

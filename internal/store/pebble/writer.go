@@ -58,6 +58,7 @@ func (w *writer) Add(reqs []*groupcommit.Request, settle func()) ([]groupcommit.
 		w.built++
 		w.hot.building = w.built
 		w.hot.trim()
+		w.hot.fresh.maintain(w.db, w.built-1, settle)
 	}
 	w.settle, w.hot.settle = settle, settle
 	for i, r := range reqs {
@@ -81,7 +82,7 @@ func (w *writer) Add(reqs []*groupcommit.Request, settle func()) ([]groupcommit.
 func (w *writer) Seal(broken error) func() error {
 	b, n, count, start := w.b, w.built, w.n, w.start
 	w.b = nil
-	w.hot.recent.seal(n)
+	w.hot.fresh.seal(n)
 	if broken != nil {
 		w.failed.Store(&broken)
 	}
