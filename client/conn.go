@@ -201,8 +201,13 @@ func (cn *wsConn) write(frame []byte) error {
 // request sends op with params and waits for its reply, decoding a success into out. An
 // error reply is an *Error; a connection that ends first gives errConnLost.
 func (cn *wsConn) request(ctx context.Context, op string, params, out any) error {
+	return cn.call(ctx, func(id string) ([]byte, error) { return encodeFrame(id, op, params) }, out)
+}
+
+// call is request with the frame built by encode for the id it is given.
+func (cn *wsConn) call(ctx context.Context, encode func(id string) ([]byte, error), out any) error {
 	id := "r" + strconv.FormatUint(cn.c.frameSeq.Add(1), 36)
-	frame, err := encodeFrame(id, op, params)
+	frame, err := encode(id)
 	if err != nil {
 		return err
 	}

@@ -295,17 +295,21 @@ func (w *worker) send(ctx context.Context, d *device, conv string, intended time
 	octx, cancel := opContext(ctx)
 	defer cancel()
 	ack, err := d.client().Send(octx, conv, client.ContentText, w.content(intended), nil)
-	now := time.Now()
 	if err != nil {
 		w.rec.fail(err)
 		return ack, false
 	}
+	w.acked(d, ack, intended, time.Now(), asOp)
+	return ack, true
+}
+
+// acked records the ack of a send scheduled at intended and answered at now.
+func (w *worker) acked(d *device, ack client.MessageAck, intended, now time.Time, asOp bool) {
 	if asOp {
 		w.rec.op(now, now.Sub(intended))
 	}
 	w.rec.ack(now)
 	w.ledger.Ack(d.spec.User, ack)
-	return ack, true
 }
 
 // device is one device of a user: an SDK client whose events go through a Stream.
