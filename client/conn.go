@@ -244,12 +244,8 @@ func (cn *wsConn) call(ctx context.Context, encode func(id string) ([]byte, erro
 
 // encodeFrame lays out {"id","op", params...}: section 9 puts parameters flat beside id and op.
 func encodeFrame(id, op string, params any) ([]byte, error) {
-	head, err := json.Marshal(protocol.Frame{ID: id, Op: op})
-	if err != nil {
-		return nil, err
-	}
 	if params == nil {
-		return head, nil
+		return protocol.AppendFrame(nil, id, op, nil), nil
 	}
 	p, err := json.Marshal(params)
 	if err != nil {
@@ -258,11 +254,7 @@ func encodeFrame(id, op string, params any) ([]byte, error) {
 	if len(p) < 2 || p[0] != '{' {
 		return nil, fmt.Errorf("parley: %s params are not a JSON object", op)
 	}
-	if len(p) == 2 { // {}
-		return head, nil
-	}
-	frame := append(head[:len(head)-1], ',')
-	return append(frame, p[1:]...), nil
+	return protocol.AppendFrame(make([]byte, 0, len(id)+len(op)+len(p)+20), id, op, p), nil
 }
 
 // decodeReply turns a reply frame into out, or into an *Error when its code is not 0.

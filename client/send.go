@@ -93,7 +93,8 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 
 // outgoing is a message encoded once for all the attempts to send it.
 type outgoing struct {
-	req protocol.SendRequest
+	req  protocol.SendRequest
+	body []byte // req as JSON
 	// httpOnly is set when the message is too large for a WebSocket frame: a frame over the
 	// server's limit closes the WebSocket, which would look like a drop and be retried
 	// forever; over HTTP the same message gets a final 413.
@@ -108,16 +109,16 @@ func newOutgoing(clientMsgID, convID string, contentType int, content any, extra
 	m := &outgoing{req: protocol.SendRequest{
 		ConvID: convID, ClientMsgID: clientMsgID, ContentType: contentType, Content: raw, Extra: extra,
 	}}
-	body, err := json.Marshal(&m.req)
-	if err != nil {
-		return nil, fmt.Errorf("parley: encode message: %w", err)
-	}
-	m.httpOnly = len(body)+frameOverhead > protocol.MaxFrameBytes
+	// raw is json.Marshal's output, as AppendSendRequest requires.
+	m.body = protocol.AppendSendRequest(make([]byte, 0, len(raw)+len(convID)+len(clientMsgID)+64), &m.req)
+	m.httpOnly = len(m.body)+frameOverhead > protocol.MaxFrameBytes
 	return m, nil
 }
 
 // frame returns the WebSocket frame that sends m as request id.
-func (m *outgoing) frame(id string) ([]byte, error) { return encodeFrame(id, protocol.OpSend, &m.req) }
+func (m *outgoing) frame(id string) ([]byte, error) {
+	return protocol.AppendFrame(make([]byte, 0, len(m.body)+len(id)+24), id, protocol.OpSend, m.body), nil
+}
 
 // sendOnce makes one attempt, bounded by RequestTimeout so a reply that never comes (a
 // half-open connection, a stuck proxy) turns into a retry rather than a hang.
@@ -129,7 +130,7 @@ func (c *Client) sendOnce(ctx context.Context, m *outgoing) (MessageAck, error) 
 		err := cn.call(ctx, m.frame, &ack)
 		return ack, err
 	}
-	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages", nil, &m.req, &ack)
+	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages", nil, json.RawMessage(m.body), &ack)
 	return ack, err
 }
 

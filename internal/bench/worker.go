@@ -257,7 +257,11 @@ func (w *worker) waitCaught(ctx context.Context, targets map[string]int64) {
 // bytes that also carries its send time in "t", from which receivers measure
 // publish-to-receive latency.
 func (w *worker) content(sent time.Time) json.RawMessage {
-	b := make([]byte, 0, w.job.Size+40)
+	return w.appendContent(make([]byte, 0, w.job.Size+40), sent)
+}
+
+// appendContent appends the content of a message sent at sent to b.
+func (w *worker) appendContent(b []byte, sent time.Time) []byte {
 	b = append(b, `{"t":`...)
 	b = strconv.AppendInt(b, sent.UnixNano(), 10)
 	b = append(b, `,"text":"`...)

@@ -85,10 +85,10 @@ func BenchmarkSendBookkeeping(b *testing.B) {
 func BenchmarkEchoFrame(b *testing.B) {
 	w, _ := benchWorker(b)
 	l := &echoLoad{w: w}
-	s := SenderSpec{Conv: echoConvID(0)}
+	var buf frameBuf
 	b.ReportAllocs()
 	for b.Loop() {
-		f := l.frame(s, time.Now())
+		f := l.frame(&buf, echoConvID(0), time.Now())
 		l.check(0, f, f)
 	}
 }
