@@ -34,8 +34,8 @@ type wsConn struct {
 
 	writeMu sync.Mutex // serialises data-frame writes
 
-	mu      sync.Mutex             // guards pending and closed
-	pending map[string]chan []byte // request frame id -> where its reply goes
+	mu      sync.Mutex            // guards pending and closed
+	pending map[string]chan reply // request frame id -> where its reply goes
 	closed  bool
 
 	done chan struct{} // closed once the connection has ended
@@ -54,7 +54,7 @@ const (
 
 func newWSConn(c *Client, ws *websocket.Conn) *wsConn {
 	ws.SetReadLimit(maxPushBytes)
-	return &wsConn{c: c, ws: ws, pending: make(map[string]chan []byte), done: make(chan struct{})}
+	return &wsConn{c: c, ws: ws, pending: make(map[string]chan reply), done: make(chan struct{})}
 }
 
 // serve runs the connection until it ends, then fails every request still waiting on it.
@@ -140,11 +140,21 @@ func (cn *wsConn) readLoop() connEnd {
 
 // inFrame is any server frame: a push (op "event" or "error", no id) or a reply (id set).
 type inFrame struct {
-	ID    string     `json:"id"`
-	Op    string     `json:"op"`
-	Code  int        `json:"code"`
-	Error string     `json:"error"`
-	Event *SyncEvent `json:"event"`
+	ID         string     `json:"id"`
+	Op         string     `json:"op"`
+	Code       int        `json:"code"`
+	Error      string     `json:"error"`
+	RetryAfter int        `json:"retry_after"`
+	Event      *SyncEvent `json:"event"`
+}
+
+// reply is a reply frame as the reader decoded it: its envelope, and the whole frame for
+// the result's fields, which only the request that waits for it knows how to decode.
+type reply struct {
+	code       int
+	msg        string
+	retryAfter int // seconds
+	data       []byte
 }
 
 // handle routes one frame; stop is true when the frame ends the connection.
@@ -158,7 +168,7 @@ func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
 	case f.Op == protocol.OpEvent && f.Event != nil:
 		cn.c.enqueue(*f.Event)
 	case f.ID != "":
-		cn.resolve(f.ID, data)
+		cn.resolve(f.ID, reply{code: f.Code, msg: f.Error, retryAfter: f.RetryAfter, data: data})
 	case f.Op == protocol.OpError:
 		cn.c.log.Info("parley: server refused the session", "code", f.Code, "error", f.Error)
 		switch f.Code {
@@ -175,13 +185,13 @@ func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
 	return 0, false
 }
 
-func (cn *wsConn) resolve(id string, data []byte) {
+func (cn *wsConn) resolve(id string, r reply) {
 	cn.mu.Lock()
 	ch := cn.pending[id]
 	delete(cn.pending, id)
 	cn.mu.Unlock()
 	if ch != nil {
-		ch <- data // buffered, one reply per id
+		ch <- r // buffered, one reply per id
 	}
 }
 
@@ -211,7 +221,7 @@ func (cn *wsConn) call(ctx context.Context, encode func(id string) ([]byte, erro
 	if err != nil {
 		return err
 	}
-	ch := make(chan []byte, 1)
+	ch := make(chan reply, 1)
 	cn.mu.Lock()
 	if cn.closed {
 		cn.mu.Unlock()
@@ -228,12 +238,12 @@ func (cn *wsConn) call(ctx context.Context, encode func(id string) ([]byte, erro
 		return fmt.Errorf("%w: %v", errConnLost, err)
 	}
 	select {
-	case data := <-ch:
-		return decodeReply(data, out)
+	case r := <-ch:
+		return r.decode(out)
 	case <-cn.done:
 		select { // the reply may have raced the close
-		case data := <-ch:
-			return decodeReply(data, out)
+		case r := <-ch:
+			return r.decode(out)
 		default:
 			return errConnLost
 		}
@@ -257,19 +267,16 @@ func encodeFrame(id, op string, params any) ([]byte, error) {
 	return protocol.AppendFrame(make([]byte, 0, len(id)+len(op)+len(p)+20), id, op, p), nil
 }
 
-// decodeReply turns a reply frame into out, or into an *Error when its code is not 0.
-func decodeReply(data []byte, out any) error {
-	var r protocol.ReplyFrame
-	if err := json.Unmarshal(data, &r); err != nil {
-		return fmt.Errorf("parley: decode reply: %w", err)
-	}
-	if r.Code != 0 {
-		return &Error{Code: r.Code, Message: r.Error, RetryAfter: time.Duration(r.RetryAfter) * time.Second}
+// decode turns the reply into out (which may be nil), or into an *Error when its code is
+// not 0. The envelope was decoded by the reader: only the result's fields are left.
+func (r reply) decode(out any) error {
+	if r.code != 0 {
+		return &Error{Code: r.code, Message: r.msg, RetryAfter: time.Duration(r.retryAfter) * time.Second}
 	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if err := json.Unmarshal(r.data, out); err != nil {
 		return fmt.Errorf("parley: decode reply: %w", err)
 	}
 	return nil

@@ -2,7 +2,9 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
+	"time"
 )
 
 // Frames as a Parley server writes them for a direct message of the load tool's default size
@@ -16,10 +18,10 @@ const (
 	benchPush    = `{"op":"event","event":{"cursor":2,"type":"message","conv_id":"d_y5zvysbda7fsb4r2wrxjgu6cte","ts":1796143125885,"data":{"conv_id":"d_y5zvysbda7fsb4r2wrxjgu6cte","seq":1,"msg_id":"m_kdjnrolfoqbolrqvkom7cxrgqm","client_msg_id":"6eed4583-dddf-4094-8762-b797ff5895c9","sender_id":"bench-r1-a000001","content_type":1,"content":{"t":1796143125884602770,"text":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},"extra":null,"created_at":1796143125885,"recalled":false}}}`
 )
 
-// benchConn is a connection with no socket: enough to route frames through handle.
-func benchConn() *wsConn {
+// bareConn is a connection with no socket: enough to route frames through handle.
+func bareConn() *wsConn {
 	c := New(Options{BaseURL: "http://127.0.0.1:1"})
-	return &wsConn{c: c, pending: make(map[string]chan []byte), done: make(chan struct{})}
+	return &wsConn{c: c, pending: make(map[string]chan reply), done: make(chan struct{})}
 }
 
 // BenchmarkSendFrame is the encoding of one send: what SendWithID does once per message and
@@ -41,17 +43,17 @@ func BenchmarkSendFrame(b *testing.B) {
 // BenchmarkReplyFrame is the routing of a send's reply by the reader to the waiting request,
 // and its decoding into the ack.
 func BenchmarkReplyFrame(b *testing.B) {
-	cn := benchConn()
+	cn := bareConn()
 	data := []byte(benchAck)
 	b.ReportAllocs()
 	for b.Loop() {
-		ch := make(chan []byte, 1)
+		ch := make(chan reply, 1)
 		cn.mu.Lock()
 		cn.pending["r1"] = ch
 		cn.mu.Unlock()
 		cn.handle(data)
 		var ack MessageAck
-		if err := decodeReply(<-ch, &ack); err != nil || ack.Seq != 1 {
+		if err := (<-ch).decode(&ack); err != nil || ack.Seq != 1 {
 			b.Fatal(err, ack)
 		}
 	}
@@ -59,7 +61,7 @@ func BenchmarkReplyFrame(b *testing.B) {
 
 // BenchmarkPushFrame is the decoding of one event push by the reader, up to the event queue.
 func BenchmarkPushFrame(b *testing.B) {
-	cn := benchConn()
+	cn := bareConn()
 	data := []byte(benchPush)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -67,5 +69,40 @@ func BenchmarkPushFrame(b *testing.B) {
 		if ev := <-cn.c.events; ev.Cursor != 2 {
 			b.Fatal(ev)
 		}
+	}
+}
+
+// replyTo routes frame through the reader as the reply to a request with frame id "r1", and
+// decodes it into out as that request does.
+func replyTo(t *testing.T, frame string, out any) error {
+	t.Helper()
+	cn := bareConn()
+	ch := make(chan reply, 1)
+	cn.pending["r1"] = ch
+	cn.handle([]byte(frame))
+	select {
+	case r := <-ch:
+		return r.decode(out)
+	default:
+		t.Fatalf("%s was not routed to r1", frame)
+		return nil
+	}
+}
+
+func TestReplyDecoded(t *testing.T) {
+	var ack MessageAck
+	if err := replyTo(t, `{"id":"r1","code":0,"seq":3,"msg_id":"m"}`, &ack); err != nil || ack.Seq != 3 || ack.MsgID != "m" {
+		t.Fatalf("success: %v %+v", err, ack)
+	}
+	if err := replyTo(t, `{"id":"r1","code":0}`, nil); err != nil {
+		t.Fatalf("success without result: %v", err)
+	}
+	err := replyTo(t, `{"id":"r1","code":429,"error":"slow down","retry_after":2}`, &ack)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != 429 || e.RetryAfter != 2*time.Second || e.Message != "slow down" {
+		t.Fatalf("error reply: %#v", err)
+	}
+	if err := replyTo(t, `{"id":"r1","code":0,"seq":"x"}`, &ack); err == nil || errors.As(err, &e) {
+		t.Fatalf("undecodable result: %v, want a decode error", err)
 	}
 }
