@@ -157,8 +157,13 @@ type reply struct {
 	data       []byte
 }
 
-// handle routes one frame; stop is true when the frame ends the connection.
+// handle routes one frame; stop is true when the frame ends the connection. data is the
+// reader's own (gorilla allocates each message anew): events keep slices of it.
 func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
+	if ev, ok := protocol.ReadEventPush(data); ok { // most frames, read without reflection
+		cn.c.enqueue(ev)
+		return 0, false
+	}
 	var f inFrame
 	if err := json.Unmarshal(data, &f); err != nil {
 		cn.c.log.Warn("parley: unreadable frame from server", "err", err)

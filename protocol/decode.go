@@ -1,0 +1,199 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// The readers of this file decode the server frames a client receives most often, every
+// message push and its data, without reflection when they are laid out exactly as the
+// Parley server writes them (json.Marshal's field order, no white space, identifiers that
+// need no escaping). Anything else is left to encoding/json, so they are fast paths, never
+// a second definition of the wire format: whenever one of them reads a frame, it gives what
+// json.Unmarshal gives for it (FuzzReadEventPush and FuzzReadMessage hold them to that).
+
+// eventPushHead is how the server starts every event push (internal/gateway appendEventPush).
+const eventPushHead = `{"op":"event","event":{"cursor":`
+
+// ReadEventPush reads an event push, {"op":"event","event":{...}}, as the server lays it out:
+// ok is false for any other frame, which the caller then decodes with encoding/json. When ok
+// is true, ev is the Event that json.Unmarshal gives for the frame as a PushFrame, and
+// ev.Data is a slice of data, not a copy.
+func ReadEventPush(data []byte) (ev SyncEvent, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(eventPushHead))
+	if !ok {
+		return ev, false
+	}
+	var typ, conv []byte
+	if ev.Cursor, rest, ok = cutInt(rest, 64); !ok {
+		return ev, false
+	}
+	if typ, rest, ok = cutMember(rest, `,"type":`); !ok {
+		return ev, false
+	}
+	if conv, rest, ok = cutMember(rest, `,"conv_id":`); !ok {
+		return ev, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"ts":`)); !ok {
+		return ev, false
+	}
+	if ev.TS, rest, ok = cutInt(rest, 64); !ok {
+		return ev, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"data":`)); !ok {
+		return ev, false
+	}
+	if rest, ok = bytes.CutSuffix(rest, []byte(`}}`)); !ok || !isValue(rest) {
+		return ev, false
+	}
+	ev.Type, ev.ConvID, ev.Data = eventType(typ), string(conv), rest
+	return ev, true
+}
+
+// readMessage reads the data of a message event as the server lays it out (protocol.Message
+// through json.Marshal, with a null extra): ok is false for anything else. Content is a copy.
+func readMessage(data []byte) (m Message, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"conv_id":`))
+	if !ok {
+		return m, false
+	}
+	var s []byte
+	if s, rest, ok = cutString(rest); !ok {
+		return m, false
+	}
+	m.ConvID = string(s)
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"seq":`)); !ok {
+		return m, false
+	}
+	if m.Seq, rest, ok = cutInt(rest, 64); !ok {
+		return m, false
+	}
+	if s, rest, ok = cutMember(rest, `,"msg_id":`); !ok {
+		return m, false
+	}
+	m.MsgID = string(s)
+	if s, rest, ok = cutMember(rest, `,"client_msg_id":`); !ok {
+		return m, false
+	}
+	m.ClientMsgID = string(s)
+	if s, rest, ok = cutMember(rest, `,"sender_id":`); !ok {
+		return m, false
+	}
+	m.SenderID = string(s)
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"content_type":`)); !ok {
+		return m, false
+	}
+	var ct int64
+	if ct, rest, ok = cutInt(rest, strconv.IntSize); !ok {
+		return m, false
+	}
+	m.ContentType = int(ct)
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"content":`)); !ok {
+		return m, false
+	}
+	// The content is any JSON value: read what follows it from the end.
+	switch {
+	case bytes.HasSuffix(rest, []byte(`,"recalled":false}`)):
+		rest = rest[:len(rest)-len(`,"recalled":false}`)]
+	case bytes.HasSuffix(rest, []byte(`,"recalled":true}`)):
+		rest, m.Recalled = rest[:len(rest)-len(`,"recalled":true}`)], true
+	default:
+		return m, false
+	}
+	i := len(rest)
+	for i > 0 && rest[i-1] >= '0' && rest[i-1] <= '9' {
+		i--
+	}
+	if i > 0 && rest[i-1] == '-' {
+		i--
+	}
+	var tail []byte
+	if m.CreatedAt, tail, ok = cutInt(rest[i:], 64); !ok || len(tail) > 0 {
+		return m, false
+	}
+	content, ok := bytes.CutSuffix(rest[:i], []byte(`,"extra":null,"created_at":`))
+	if !ok || !isValue(content) {
+		return m, false
+	}
+	m.Content = bytes.Clone(content)
+	return m, true
+}
+
+// cutMember reads the member name (a literal such as `,"type":`) and then a string.
+func cutMember(b []byte, name string) (s, rest []byte, ok bool) {
+	if rest, ok = bytes.CutPrefix(b, []byte(name)); !ok {
+		return nil, b, false
+	}
+	return cutString(rest)
+}
+
+// cutString reads a JSON string of printable ASCII without escapes, which decodes to its
+// bytes as they are; ok is false for any other string.
+func cutString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, b, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return nil, b, false
+		}
+	}
+	return nil, b, false
+}
+
+// cutInt reads a JSON integer that fits bits: -?(0|[1-9][0-9]*), not followed by a
+// fraction or an exponent.
+func cutInt(b []byte, bits int) (n int64, rest []byte, ok bool) {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == start || (b[start] == '0' && i > start+1) {
+		return 0, b, false
+	}
+	if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		return 0, b, false
+	}
+	n, err := strconv.ParseInt(string(b[:i]), 10, bits)
+	if err != nil {
+		return 0, b, false
+	}
+	return n, b[i:], true
+}
+
+// isValue reports whether b is exactly one JSON value, without white space around it.
+func isValue(b []byte) bool {
+	if len(b) == 0 || isSpace(b[0]) || isSpace(b[len(b)-1]) {
+		return false
+	}
+	return json.Valid(b)
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// eventType returns the event type named by b, without allocating for the known ones.
+func eventType(b []byte) string {
+	switch string(b) {
+	case EventMessage:
+		return EventMessage
+	case EventRead:
+		return EventRead
+	case EventDelivered:
+		return EventDelivered
+	case EventRecall:
+		return EventRecall
+	case EventConvDeleted:
+		return EventConvDeleted
+	case EventConvUpdated:
+		return EventConvUpdated
+	}
+	return string(b)
+}
