@@ -399,8 +399,8 @@ func (d *device) onEvent(ev client.SyncEvent) {
 	if h := d.w.hooks.DropEvent; h != nil && h(d.spec.User, d.label, ev) {
 		return
 	}
-	m := d.stream.Event(ev)
-	if m == nil {
+	m, ok := d.stream.Event(ev)
+	if !ok {
 		return
 	}
 	if m.SenderID == d.spec.User {
