@@ -149,19 +149,27 @@ type inFrame struct {
 }
 
 // reply is a reply frame as the reader decoded it: its envelope, and the whole frame for
-// the result's fields, which only the request that waits for it knows how to decode.
+// the result's fields, which only the request that waits for it knows how to decode, unless
+// it is the ack of a send that the reader has read already.
 type reply struct {
 	code       int
 	msg        string
 	retryAfter int // seconds
 	data       []byte
+	ack        MessageAck // the result, when isAck: the frame is laid out as a send's ack
+	isAck      bool
 }
 
 // handle routes one frame; stop is true when the frame ends the connection. data is the
 // reader's own (gorilla allocates each message anew): events keep slices of it.
 func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
-	if ev, ok := protocol.ReadEventPush(data); ok { // most frames, read without reflection
+	// Most frames are message pushes and acks, read without reflection.
+	if ev, ok := protocol.ReadEventPush(data); ok {
 		cn.c.enqueue(ev)
+		return 0, false
+	}
+	if id, ack, ok := protocol.ReadAck(data); ok {
+		cn.resolve(id, reply{data: data, ack: ack, isAck: true})
 		return 0, false
 	}
 	var f inFrame
@@ -279,6 +287,10 @@ func (r reply) decode(out any) error {
 		return &Error{Code: r.code, Message: r.msg, RetryAfter: time.Duration(r.retryAfter) * time.Second}
 	}
 	if out == nil {
+		return nil
+	}
+	if p, ok := out.(*MessageAck); ok && r.isAck {
+		*p = r.ack
 		return nil
 	}
 	if err := json.Unmarshal(r.data, out); err != nil {

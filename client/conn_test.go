@@ -94,6 +94,17 @@ func TestReplyDecoded(t *testing.T) {
 	if err := replyTo(t, `{"id":"r1","code":0,"seq":3,"msg_id":"m"}`, &ack); err != nil || ack.Seq != 3 || ack.MsgID != "m" {
 		t.Fatalf("success: %v %+v", err, ack)
 	}
+	ack = MessageAck{}
+	want := MessageAck{ConvID: "c1", ClientMsgID: "m1", MsgID: "x9", Seq: 4, CreatedAt: 1700000000000, Duplicate: true}
+	if err := replyTo(t, `{"id":"r1","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":1700000000000,"duplicate":true}`, &ack); err != nil || ack != want {
+		t.Fatalf("send ack: %v %+v, want %+v", err, ack, want)
+	}
+	var pos struct {
+		ConvID string `json:"conv_id"`
+	}
+	if err := replyTo(t, `{"id":"r1","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":1,"duplicate":false}`, &pos); err != nil || pos.ConvID != "c1" {
+		t.Fatalf("an ack-shaped reply into another result: %v %+v", err, pos)
+	}
 	if err := replyTo(t, `{"id":"r1","code":0}`, nil); err != nil {
 		t.Fatalf("success without result: %v", err)
 	}

@@ -7,11 +7,12 @@ import (
 )
 
 // The readers of this file decode the server frames a client receives most often, every
-// message push and its data, without reflection when they are laid out exactly as the
+// message push and its data and the reply to every send, without reflection when they are laid out exactly as the
 // Parley server writes them (json.Marshal's field order, no white space, identifiers that
 // need no escaping). Anything else is left to encoding/json, so they are fast paths, never
 // a second definition of the wire format: whenever one of them reads a frame, it gives what
-// json.Unmarshal gives for it (FuzzReadEventPush and FuzzReadMessage hold them to that).
+// json.Unmarshal gives for it (FuzzReadEventPush, FuzzReadMessage and FuzzReadAck hold them
+// to that).
 
 // eventPushHead is how the server starts every event push (internal/gateway appendEventPush).
 const eventPushHead = `{"op":"event","event":{"cursor":`
@@ -118,6 +119,53 @@ func readMessage(data []byte) (m Message, ok bool) {
 	}
 	m.Content = bytes.Clone(content)
 	return m, true
+}
+
+// ReadAck reads the reply to a send as the server lays it out, {"id":...,"code":0, and the
+// MessageAck's other fields}: ok is false for any other frame, which the caller then decodes
+// with encoding/json. When ok is true, id is the ReplyFrame's ID and ack the MessageAck
+// (with Code 0) that json.Unmarshal gives for the frame.
+func ReadAck(data []byte) (id string, ack MessageAck, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"id":`))
+	if !ok {
+		return "", ack, false
+	}
+	var rid, s []byte
+	if rid, rest, ok = cutString(rest); !ok {
+		return "", ack, false
+	}
+	if s, rest, ok = cutMember(rest, `,"code":0,"conv_id":`); !ok {
+		return "", ack, false
+	}
+	ack.ConvID = string(s)
+	if s, rest, ok = cutMember(rest, `,"client_msg_id":`); !ok {
+		return "", ack, false
+	}
+	ack.ClientMsgID = string(s)
+	if s, rest, ok = cutMember(rest, `,"msg_id":`); !ok {
+		return "", ack, false
+	}
+	ack.MsgID = string(s)
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"seq":`)); !ok {
+		return "", ack, false
+	}
+	if ack.Seq, rest, ok = cutInt(rest, 64); !ok {
+		return "", ack, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"created_at":`)); !ok {
+		return "", ack, false
+	}
+	if ack.CreatedAt, rest, ok = cutInt(rest, 64); !ok {
+		return "", ack, false
+	}
+	switch string(rest) {
+	case `,"duplicate":false}`:
+	case `,"duplicate":true}`:
+		ack.Duplicate = true
+	default:
+		return "", ack, false
+	}
+	return string(rid), ack, true
 }
 
 // cutMember reads the member name (a literal such as `,"type":`) and then a string.

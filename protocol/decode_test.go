@@ -16,6 +16,17 @@ const (
 	updatedPush = `{"op":"event","event":{"cursor":1,"type":"conv_updated","conv_id":"d_y7636fglpk2oqyih2ltj2qs46m","ts":1796143120915,"data":{"conv_id":"d_y7636fglpk2oqyih2ltj2qs46m","type":"direct","name":"","owner_id":"","members_count":2,"fanout":"write","max_seq":0,"read_seq":0,"delivered_seq":0,"cleared_seq":0,"unread":0,"last_message":null,"peer_read_seq":0,"peer_delivered_seq":0,"updated_at":1796143120915}}}`
 )
 
+// ackSeeds are replies in and out of the server's layout for a send's ack.
+var ackSeeds = []string{
+	`{"id":"r1","code":0,"conv_id":"d_y5zvysbda7fsb4r2wrxjgu6cte","client_msg_id":"6eed4583-dddf-4094-8762-b797ff5895c9","msg_id":"m_kdjnrolfoqbolrqvkom7cxrgqm","seq":1,"created_at":1796143125885,"duplicate":false}`,
+	`{"id":"f1","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":1700000000000,"duplicate":true}`,
+	`{"id":"f1","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":1700000000000,"duplicate":true,"code":500}`,
+	`{"id":"f1","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":1700000000000,"duplicate":true} `,
+	`{"id":"f\u0031","code":0,"conv_id":"c1","client_msg_id":"m1","msg_id":"x9","seq":4,"created_at":17,"duplicate":false}`,
+	`{"id":"f1","code":429,"error":"slow down","retry_after":2}`,
+	`{"id":"f1","code":0,"read_seq":7}`,
+}
+
 // pushSeeds are event pushes in and out of the server's layout.
 var pushSeeds = []string{
 	messagePush,
@@ -79,6 +90,38 @@ func TestReadMessageReadsTheServersLayout(t *testing.T) {
 	}
 }
 
+func TestReadAckReadsTheServersLayout(t *testing.T) {
+	for _, frame := range ackSeeds[:2] {
+		if _, _, ok := ReadAck([]byte(frame)); !ok {
+			t.Errorf("not read: %s", frame)
+		}
+	}
+	id, ack, _ := ReadAck([]byte(ackSeeds[1]))
+	if want := (MessageAck{ConvID: "c1", ClientMsgID: "m1", MsgID: "x9", Seq: 4, CreatedAt: 1700000000000, Duplicate: true}); id != "f1" || ack != want {
+		t.Fatalf("read %q %+v", id, ack)
+	}
+	for _, frame := range ackSeeds {
+		checkAck(t, []byte(frame))
+	}
+}
+
+// checkAck fails if ReadAck reads frame other than json.Unmarshal does.
+func checkAck(t *testing.T, frame []byte) {
+	t.Helper()
+	id, ack, ok := ReadAck(frame)
+	if !ok {
+		return
+	}
+	var r ReplyFrame
+	var want MessageAck
+	if err := json.Unmarshal(frame, &r); err != nil || json.Unmarshal(frame, &want) != nil {
+		t.Fatalf("read %s, which encoding/json refuses: %v", frame, err)
+	}
+	if r.ID != id || r.Code != 0 || r.Error != "" || r.RetryAfter != 0 || ack != want {
+		t.Fatalf("read %s as %q %+v; encoding/json: %+v %+v", frame, id, ack, r, want)
+	}
+}
+
 // checkPush fails if ReadEventPush reads frame other than json.Unmarshal does.
 func checkPush(t *testing.T, frame []byte) {
 	t.Helper()
@@ -118,6 +161,13 @@ func checkMessage(t *testing.T, data []byte) {
 	if len(m.Content) > 0 && len(data) > 0 && &m.Content[0] == &data[bytes.Index(data, m.Content)] {
 		t.Fatal("content is not a copy")
 	}
+}
+
+func FuzzReadAck(f *testing.F) {
+	for _, s := range ackSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) { checkAck(t, frame) })
 }
 
 func FuzzReadEventPush(f *testing.F) {
