@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"bytes"
-	"encoding/json"
 	"strconv"
 )
 
@@ -217,15 +216,172 @@ func cutInt(b []byte, bits int) (n int64, rest []byte, ok bool) {
 	return n, b[i:], true
 }
 
-// isValue reports whether b is exactly one JSON value, without white space around it.
+// isValue reports whether b is exactly one JSON value, without white space around it: the
+// values json.Valid accepts, checked in one pass without its scanner's call per byte
+// (FuzzIsValue holds it to json.Valid).
 func isValue(b []byte) bool {
 	if len(b) == 0 || isSpace(b[0]) || isSpace(b[len(b)-1]) {
 		return false
 	}
-	return json.Valid(b)
+	end, ok := skipValue(b, 0, 1)
+	return ok && end == len(b)
+}
+
+// maxDepth is the deepest nesting json.Valid accepts (encoding/json's maxNestingDepth).
+const maxDepth = 10000
+
+// skipValue returns the index just past the JSON value that starts at b[i], and whether
+// there is a valid one there; depth is the nesting of that value, 1 for the outermost.
+func skipValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i)
+	case c == '{' || c == '[':
+		if depth > maxDepth {
+			return i, false
+		}
+		return skipContainer(b, i, depth)
+	case c == '-' || c >= '0' && c <= '9':
+		return skipNumber(b, i)
+	case c == 't':
+		return skipLiteral(b, i, "true")
+	case c == 'f':
+		return skipLiteral(b, i, "false")
+	case c == 'n':
+		return skipLiteral(b, i, "null")
+	}
+	return i, false
+}
+
+// skipContainer skips the object or array that starts at b[i].
+func skipContainer(b []byte, i, depth int) (int, bool) {
+	object, closing := b[i] == '{', byte(']')
+	if object {
+		closing = '}'
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == closing {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if object {
+			if i >= len(b) || b[i] != '"' {
+				return i, false
+			}
+			if i, ok = skipString(b, i); !ok {
+				return i, false
+			}
+			if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+				return i, false
+			}
+			i = skipSpace(b, i+1)
+		}
+		if i, ok = skipValue(b, i, depth+1); !ok {
+			return i, false
+		}
+		if i = skipSpace(b, i); i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case closing:
+			return i + 1, true
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return i, false
+		}
+	}
+}
+
+// skipString skips the string that starts at b[i] (a quote). Like encoding/json, it takes
+// any byte from 0x20 up as it is, valid UTF-8 or not.
+func skipString(b []byte, i int) (int, bool) {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return i, false
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return i, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
+					return i, false
+				}
+				i += 4
+			default:
+				return i, false
+			}
+		}
+	}
+	return i, false
+}
+
+// skipNumber skips the number that starts at b[i]: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func skipNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = skipDigits(b, i)
+	default:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		start := i + 1
+		if i = skipDigits(b, start); i == start {
+			return i, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		start := i
+		if i = skipDigits(b, start); i == start {
+			return i, false
+		}
+	}
+	return i, true
+}
+
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func skipLiteral(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return i, false
+	}
+	return i + len(lit), true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
 // eventType returns the event type named by b, without allocating for the known ones.
 func eventType(b []byte) string {

@@ -207,3 +207,44 @@ func BenchmarkMessage(b *testing.B) {
 		}
 	}
 }
+
+// valueSeeds are JSON values and near misses, without white space around them.
+var valueSeeds = []string{
+	`{}`, `[]`, `""`, `0`, `-0`, `1.5e+3`, `-12.0E-7`, `true`, `false`, `null`,
+	`{"a":[1,{"b":null}],"c":"\"\\\/\b\f\n\r\t\u00e9\uD83D"}`, "\"\xff\xfe\"", `[1 , 2 ]`, "{ \"a\" :\t1\n}",
+	`01`, `1.`, `.5`, `1e`, `1e+`, `-`, `+1`, `tru`, `nul`, `[1,]`, `{"a":1,}`, `{"a"}`, `{1:2}`, `[1 2]`,
+	`"\x"`, `"\u12"`, `"\u12g4"`, "\"a\x01\"", `"a`, `{"a":1}}`, `[[]`, `1 2`, `"\`, `{"a":1 "b":2}`,
+	strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000),
+	strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
+}
+
+// checkValue fails if isValue and json.Valid disagree about b.
+func checkValue(t *testing.T, b []byte) {
+	t.Helper()
+	want := json.Valid(b) && len(b) > 0 && !isSpace(b[0]) && !isSpace(b[len(b)-1])
+	if got := isValue(b); got != want {
+		t.Fatalf("isValue(%.200q) = %v, json.Valid says %v", b, got, want)
+	}
+}
+
+func TestIsValue(t *testing.T) {
+	for _, s := range valueSeeds {
+		checkValue(t, []byte(s))
+	}
+	for _, s := range valueSeeds[:14] {
+		if !isValue([]byte(s)) {
+			t.Errorf("%q refused", s)
+		}
+	}
+}
+
+func FuzzIsValue(f *testing.F) {
+	for _, s := range valueSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(messageData))
+	f.Add([]byte(updatedPush))
+	f.Fuzz(func(t *testing.T, b []byte) { checkValue(t, b) })
+}
