@@ -93,8 +93,7 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 
 // outgoing is a message encoded once for all the attempts to send it.
 type outgoing struct {
-	req  protocol.SendRequest
-	body []byte // req as JSON
+	body []byte // the protocol.SendRequest as JSON
 	// httpOnly is set when the message is too large for a WebSocket frame: a frame over the
 	// server's limit closes the WebSocket, which would look like a drop and be retried
 	// forever; over HTTP the same message gets a final 413.
@@ -106,13 +105,12 @@ func newOutgoing(clientMsgID, convID string, contentType int, content any, extra
 	if err != nil {
 		return nil, fmt.Errorf("parley: encode content: %w", err)
 	}
-	m := &outgoing{req: protocol.SendRequest{
+	req := protocol.SendRequest{
 		ConvID: convID, ClientMsgID: clientMsgID, ContentType: contentType, Content: raw, Extra: extra,
-	}}
+	}
 	// raw is json.Marshal's output, as AppendSendRequest requires.
-	m.body = protocol.AppendSendRequest(make([]byte, 0, len(raw)+len(convID)+len(clientMsgID)+64), &m.req)
-	m.httpOnly = len(m.body)+frameOverhead > protocol.MaxFrameBytes
-	return m, nil
+	body := protocol.AppendSendRequest(make([]byte, 0, len(raw)+len(convID)+len(clientMsgID)+64), &req)
+	return &outgoing{body: body, httpOnly: len(body)+frameOverhead > protocol.MaxFrameBytes}, nil
 }
 
 // frame returns the WebSocket frame that sends m as request id.
