@@ -19,6 +19,11 @@ fuzz:
 	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
 	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeSendRequest -fuzztime $(FUZZTIME)
 	go test ./internal/chat -run '^$$' -fuzz FuzzDecodePageKey -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzReadEventPush -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzReadMessage -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzReadAck -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzIsValue -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzAppendSendRequest -fuzztime $(FUZZTIME)
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...

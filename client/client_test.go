@@ -71,18 +71,6 @@ func TestEncodeFrameIsFlat(t *testing.T) {
 	}
 }
 
-func TestDecodeReply(t *testing.T) {
-	var ack MessageAck
-	if err := decodeReply([]byte(`{"id":"r1","code":0,"seq":3,"msg_id":"m"}`), &ack); err != nil || ack.Seq != 3 {
-		t.Fatalf("success: %v %+v", err, ack)
-	}
-	err := decodeReply([]byte(`{"id":"r1","code":429,"error":"slow down","retry_after":2}`), &ack)
-	var e *Error
-	if !errors.As(err, &e) || e.Code != 429 || e.RetryAfter != 2*time.Second || e.Message != "slow down" {
-		t.Fatalf("error reply: %#v", err)
-	}
-}
-
 func TestHTTPErrorsAreTyped(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "3")

@@ -34,8 +34,8 @@ type wsConn struct {
 
 	writeMu sync.Mutex // serialises data-frame writes
 
-	mu      sync.Mutex             // guards pending and closed
-	pending map[string]chan []byte // request frame id -> where its reply goes
+	mu      sync.Mutex            // guards pending and closed
+	pending map[string]chan reply // request frame id -> where its reply goes
 	closed  bool
 
 	done chan struct{} // closed once the connection has ended
@@ -54,7 +54,7 @@ const (
 
 func newWSConn(c *Client, ws *websocket.Conn) *wsConn {
 	ws.SetReadLimit(maxPushBytes)
-	return &wsConn{c: c, ws: ws, pending: make(map[string]chan []byte), done: make(chan struct{})}
+	return &wsConn{c: c, ws: ws, pending: make(map[string]chan reply), done: make(chan struct{})}
 }
 
 // serve runs the connection until it ends, then fails every request still waiting on it.
@@ -140,15 +140,38 @@ func (cn *wsConn) readLoop() connEnd {
 
 // inFrame is any server frame: a push (op "event" or "error", no id) or a reply (id set).
 type inFrame struct {
-	ID    string     `json:"id"`
-	Op    string     `json:"op"`
-	Code  int        `json:"code"`
-	Error string     `json:"error"`
-	Event *SyncEvent `json:"event"`
+	ID         string     `json:"id"`
+	Op         string     `json:"op"`
+	Code       int        `json:"code"`
+	Error      string     `json:"error"`
+	RetryAfter int        `json:"retry_after"`
+	Event      *SyncEvent `json:"event"`
 }
 
-// handle routes one frame; stop is true when the frame ends the connection.
+// reply is a reply frame as the reader decoded it: its envelope, and the whole frame for
+// the result's fields, which only the request that waits for it knows how to decode, unless
+// it is the ack of a send that the reader has read already.
+type reply struct {
+	code       int
+	msg        string
+	retryAfter int // seconds
+	data       []byte
+	ack        MessageAck // the result, when isAck: the frame is laid out as a send's ack
+	isAck      bool
+}
+
+// handle routes one frame; stop is true when the frame ends the connection. data is the
+// reader's own (gorilla allocates each message anew): events keep slices of it.
 func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
+	// Most frames are message pushes and acks, read without reflection.
+	if ev, ok := protocol.ReadEventPush(data); ok {
+		cn.c.enqueue(ev)
+		return 0, false
+	}
+	if id, ack, ok := protocol.ReadAck(data); ok {
+		cn.resolve(id, reply{data: data, ack: ack, isAck: true})
+		return 0, false
+	}
 	var f inFrame
 	if err := json.Unmarshal(data, &f); err != nil {
 		cn.c.log.Warn("parley: unreadable frame from server", "err", err)
@@ -158,7 +181,7 @@ func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
 	case f.Op == protocol.OpEvent && f.Event != nil:
 		cn.c.enqueue(*f.Event)
 	case f.ID != "":
-		cn.resolve(f.ID, data)
+		cn.resolve(f.ID, reply{code: f.Code, msg: f.Error, retryAfter: f.RetryAfter, data: data})
 	case f.Op == protocol.OpError:
 		cn.c.log.Info("parley: server refused the session", "code", f.Code, "error", f.Error)
 		switch f.Code {
@@ -175,13 +198,13 @@ func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
 	return 0, false
 }
 
-func (cn *wsConn) resolve(id string, data []byte) {
+func (cn *wsConn) resolve(id string, r reply) {
 	cn.mu.Lock()
 	ch := cn.pending[id]
 	delete(cn.pending, id)
 	cn.mu.Unlock()
 	if ch != nil {
-		ch <- data // buffered, one reply per id
+		ch <- r // buffered, one reply per id
 	}
 }
 
@@ -201,12 +224,17 @@ func (cn *wsConn) write(frame []byte) error {
 // request sends op with params and waits for its reply, decoding a success into out. An
 // error reply is an *Error; a connection that ends first gives errConnLost.
 func (cn *wsConn) request(ctx context.Context, op string, params, out any) error {
+	return cn.call(ctx, func(id string) ([]byte, error) { return encodeFrame(id, op, params) }, out)
+}
+
+// call is request with the frame built by encode for the id it is given.
+func (cn *wsConn) call(ctx context.Context, encode func(id string) ([]byte, error), out any) error {
 	id := "r" + strconv.FormatUint(cn.c.frameSeq.Add(1), 36)
-	frame, err := encodeFrame(id, op, params)
+	frame, err := encode(id)
 	if err != nil {
 		return err
 	}
-	ch := make(chan []byte, 1)
+	ch := make(chan reply, 1)
 	cn.mu.Lock()
 	if cn.closed {
 		cn.mu.Unlock()
@@ -223,12 +251,12 @@ func (cn *wsConn) request(ctx context.Context, op string, params, out any) error
 		return fmt.Errorf("%w: %v", errConnLost, err)
 	}
 	select {
-	case data := <-ch:
-		return decodeReply(data, out)
+	case r := <-ch:
+		return r.decode(out)
 	case <-cn.done:
 		select { // the reply may have raced the close
-		case data := <-ch:
-			return decodeReply(data, out)
+		case r := <-ch:
+			return r.decode(out)
 		default:
 			return errConnLost
 		}
@@ -239,12 +267,8 @@ func (cn *wsConn) request(ctx context.Context, op string, params, out any) error
 
 // encodeFrame lays out {"id","op", params...}: section 9 puts parameters flat beside id and op.
 func encodeFrame(id, op string, params any) ([]byte, error) {
-	head, err := json.Marshal(protocol.Frame{ID: id, Op: op})
-	if err != nil {
-		return nil, err
-	}
 	if params == nil {
-		return head, nil
+		return protocol.AppendFrame(nil, id, op, nil), nil
 	}
 	p, err := json.Marshal(params)
 	if err != nil {
@@ -253,26 +277,23 @@ func encodeFrame(id, op string, params any) ([]byte, error) {
 	if len(p) < 2 || p[0] != '{' {
 		return nil, fmt.Errorf("parley: %s params are not a JSON object", op)
 	}
-	if len(p) == 2 { // {}
-		return head, nil
-	}
-	frame := append(head[:len(head)-1], ',')
-	return append(frame, p[1:]...), nil
+	return protocol.AppendFrame(make([]byte, 0, len(id)+len(op)+len(p)+20), id, op, p), nil
 }
 
-// decodeReply turns a reply frame into out, or into an *Error when its code is not 0.
-func decodeReply(data []byte, out any) error {
-	var r protocol.ReplyFrame
-	if err := json.Unmarshal(data, &r); err != nil {
-		return fmt.Errorf("parley: decode reply: %w", err)
-	}
-	if r.Code != 0 {
-		return &Error{Code: r.Code, Message: r.Error, RetryAfter: time.Duration(r.RetryAfter) * time.Second}
+// decode turns the reply into out (which may be nil), or into an *Error when its code is
+// not 0. The envelope was decoded by the reader: only the result's fields are left.
+func (r reply) decode(out any) error {
+	if r.code != 0 {
+		return &Error{Code: r.code, Message: r.msg, RetryAfter: time.Duration(r.retryAfter) * time.Second}
 	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if p, ok := out.(*MessageAck); ok && r.isAck {
+		*p = r.ack
+		return nil
+	}
+	if err := json.Unmarshal(r.data, out); err != nil {
 		return fmt.Errorf("parley: decode reply: %w", err)
 	}
 	return nil

@@ -65,22 +65,12 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 	if !protocol.ValidClientMsgID(clientMsgID) {
 		return MessageAck{}, &Error{Code: http.StatusBadRequest, Message: "invalid client_msg_id (checked locally)"}
 	}
-	raw, err := json.Marshal(content)
+	m, err := newOutgoing(clientMsgID, convID, contentType, content, extra)
 	if err != nil {
-		return MessageAck{}, fmt.Errorf("parley: encode content: %w", err)
+		return MessageAck{}, err
 	}
-	req := protocol.SendRequest{
-		ConvID: convID, ClientMsgID: clientMsgID, ContentType: contentType, Content: raw, Extra: extra,
-	}
-	// A frame over the server's limit closes the WebSocket, which would look like a drop
-	// and be retried forever; over HTTP the same message gets a final 413.
-	body, err := json.Marshal(&req)
-	if err != nil {
-		return MessageAck{}, fmt.Errorf("parley: encode message: %w", err)
-	}
-	httpOnly := len(body)+frameOverhead > protocol.MaxFrameBytes
 	for attempt := 0; ; attempt++ {
-		ack, err := c.sendOnce(ctx, &req, httpOnly)
+		ack, err := c.sendOnce(ctx, m)
 		if err == nil {
 			return ack, nil
 		}
@@ -101,17 +91,44 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 	}
 }
 
+// outgoing is a message encoded once for all the attempts to send it.
+type outgoing struct {
+	body []byte // the protocol.SendRequest as JSON
+	// httpOnly is set when the message is too large for a WebSocket frame: a frame over the
+	// server's limit closes the WebSocket, which would look like a drop and be retried
+	// forever; over HTTP the same message gets a final 413.
+	httpOnly bool
+}
+
+func newOutgoing(clientMsgID, convID string, contentType int, content any, extra map[string]string) (*outgoing, error) {
+	raw, err := json.Marshal(content)
+	if err != nil {
+		return nil, fmt.Errorf("parley: encode content: %w", err)
+	}
+	req := protocol.SendRequest{
+		ConvID: convID, ClientMsgID: clientMsgID, ContentType: contentType, Content: raw, Extra: extra,
+	}
+	// raw is json.Marshal's output, as AppendSendRequest requires.
+	body := protocol.AppendSendRequest(make([]byte, 0, len(raw)+len(convID)+len(clientMsgID)+64), &req)
+	return &outgoing{body: body, httpOnly: len(body)+frameOverhead > protocol.MaxFrameBytes}, nil
+}
+
+// frame returns the WebSocket frame that sends m as request id.
+func (m *outgoing) frame(id string) ([]byte, error) {
+	return protocol.AppendFrame(make([]byte, 0, len(m.body)+len(id)+24), id, protocol.OpSend, m.body), nil
+}
+
 // sendOnce makes one attempt, bounded by RequestTimeout so a reply that never comes (a
 // half-open connection, a stuck proxy) turns into a retry rather than a hang.
-func (c *Client) sendOnce(ctx context.Context, req *protocol.SendRequest, httpOnly bool) (MessageAck, error) {
+func (c *Client) sendOnce(ctx context.Context, m *outgoing) (MessageAck, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
 	var ack MessageAck
-	if cn := c.conn.Load(); cn != nil && !httpOnly {
-		err := cn.request(ctx, protocol.OpSend, req, &ack)
+	if cn := c.conn.Load(); cn != nil && !m.httpOnly {
+		err := cn.call(ctx, m.frame, &ack)
 		return ack, err
 	}
-	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages", nil, req, &ack)
+	_, err := c.http.do(ctx, http.MethodPost, "/v1/messages", nil, json.RawMessage(m.body), &ack)
 	return ack, err
 }
 

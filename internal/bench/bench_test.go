@@ -102,7 +102,7 @@ func checkOutputs(t *testing.T, rep *Report, cfg Config) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"scenario", "acked_per_sec", "deliveries_per_sec", "latency_ms", "violations", "errors", "retries", "rate_limited", "env", "server_cpu_pct", "server_rss_bytes"} {
+	for _, k := range []string{"scenario", "acked_per_sec", "deliveries_per_sec", "latency_ms", "violations", "errors", "retries", "rate_limited", "env", "server_cpu_pct", "server_rss_bytes", "server_cpu_us_per_msg", "client_cpu_us_per_msg"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON report lacks %q", k)
 		}
@@ -147,6 +147,9 @@ func consistent(t *testing.T, rep *Report, err error) {
 	}
 	if rep.ServerRSSBytes <= 0 {
 		t.Errorf("server RSS not measured")
+	}
+	if rep.ClientCPUUsPerMsg <= 0 {
+		t.Errorf("generator CPU per message not measured (%.3f s for %d acked)", rep.ClientCPUSeconds, rep.Acked)
 	}
 	if len(rep.Errors) != 0 {
 		t.Errorf("errors against a correct server: %v", rep.Errors)

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -142,8 +141,8 @@ func (c *coord) setupEcho(context.Context) (*plan, error) {
 	p := &plan{jobs: jobs, opName: "round trip"}
 	p.finish = func(r *Report) {
 		r.Extra["round_trips_per_sec"] = r.AckedPerSec
-		frame, _ := echoFrame("r1", echoConvID(0), client.NewClientMsgID(), (&worker{job: jobs[0]}).content(time.Now()))
-		r.Extra["frame_bytes"] = float64(len(frame))
+		l := &echoLoad{w: &worker{job: jobs[0]}}
+		r.Extra["frame_bytes"] = float64(len(l.frame(&frameBuf{}, echoConvID(0), time.Now())))
 	}
 	return p, nil
 }
@@ -151,19 +150,8 @@ func (c *coord) setupEcho(context.Context) (*plan, error) {
 // echoConvID is a stand-in conv_id as long as the ones Parley assigns ("d_" and 26 more).
 func echoConvID(i int) string { return fmt.Sprintf("e_%026d", i) }
 
-// echoFrame lays out a send frame as the SDK does (client/conn.go encodeFrame): id and op,
-// then the send request's fields beside them.
-func echoFrame(id, conv, msgID string, content json.RawMessage) ([]byte, error) {
-	head, err := json.Marshal(protocol.Frame{ID: id, Op: protocol.OpSend})
-	if err != nil {
-		return nil, err
-	}
-	p, err := json.Marshal(&protocol.SendRequest{ConvID: conv, ClientMsgID: msgID, ContentType: client.ContentText, Content: content})
-	if err != nil {
-		return nil, err
-	}
-	return append(append(head[:len(head)-1], ','), p[1:]...), nil
-}
+// frameBuf holds one sender's frame and its parts, reused from one frame to the next.
+type frameBuf struct{ content, body, frame []byte }
 
 // echoLoad is the worker side of echo: one WebSocket per sender.
 type echoLoad struct {
@@ -222,17 +210,23 @@ func (l *echoLoad) run(ctx context.Context, at time.Time, stop <-chan struct{}) 
 	wg.Wait()
 }
 
-// frame builds the next frame of sender s, stamped with intended.
-func (l *echoLoad) frame(s SenderSpec, intended time.Time) []byte {
+// frame builds in b the next frame into conv, stamped with intended: the frame the SDK
+// writes for a send (client/send.go: protocol.AppendSendRequest, then protocol.AppendFrame),
+// under a fresh client_msg_id and frame id. It is valid until b is used again.
+func (l *echoLoad) frame(b *frameBuf, conv string, intended time.Time) []byte {
 	id := "r" + strconv.FormatUint(l.seq.Add(1), 36)
-	f, _ := echoFrame(id, s.Conv, client.NewClientMsgID(), l.w.content(intended))
-	return f
+	b.content = l.w.appendContent(b.content[:0], intended)
+	req := protocol.SendRequest{ConvID: conv, ClientMsgID: client.NewClientMsgID(), ContentType: client.ContentText, Content: b.content}
+	b.body = protocol.AppendSendRequest(b.body[:0], &req)
+	b.frame = protocol.AppendFrame(b.frame[:0], id, protocol.OpSend, b.body)
+	return b.frame
 }
 
 // closedLoop sends one frame at a time, each after the previous one came back.
 func (l *echoLoad) closedLoop(ctx context.Context, i int, s SenderSpec) {
+	var b frameBuf
 	for n := int64(0); (s.Quota == 0 || n < s.Quota) && ctx.Err() == nil; n++ {
-		if !l.roundTrip(ctx, i, s, time.Now()) {
+		if !l.roundTrip(ctx, i, s, &b, time.Now()) {
 			sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) // no hot loop on a failing server
 		}
 	}
@@ -240,7 +234,7 @@ func (l *echoLoad) closedLoop(ctx context.Context, i int, s SenderSpec) {
 
 // roundTrip writes one frame on sender i's connection and reads it back. A connection that
 // fails is reported, and replaced for the next round trip.
-func (l *echoLoad) roundTrip(ctx context.Context, i int, s SenderSpec, intended time.Time) bool {
+func (l *echoLoad) roundTrip(ctx context.Context, i int, s SenderSpec, b *frameBuf, intended time.Time) bool {
 	ws := l.conns[i]
 	if ws == nil {
 		var err error
@@ -250,7 +244,7 @@ func (l *echoLoad) roundTrip(ctx context.Context, i int, s SenderSpec, intended 
 		}
 		l.conns[i] = ws
 	}
-	frame := l.frame(s, intended)
+	frame := l.frame(b, s.Conv, intended)
 	_ = ws.SetWriteDeadline(time.Now().Add(time.Minute))
 	err := ws.WriteMessage(websocket.TextMessage, frame)
 	var got []byte
@@ -314,11 +308,12 @@ func (l *echoLoad) openLoop(ctx context.Context, i int, s SenderSpec, at time.Ti
 	defer func() { close(pending); <-readerDone }()
 	interval := time.Duration(float64(time.Second) / s.Rate)
 	next := at.Add(time.Duration(rand.Int64N(int64(max(interval, 1))))) // spread senders out
+	var b frameBuf
 	for n := int64(0); s.Quota == 0 || n < s.Quota; n++ {
 		if !sleepUntil(ctx, next) {
 			return
 		}
-		p := sent{intended: next, frame: l.frame(s, next)}
+		p := sent{intended: next, frame: bytes.Clone(l.frame(&b, s.Conv, next))} // kept until it comes back
 		select {
 		case pending <- p: // blocks while maxInFlight are out
 		case <-ctx.Done():

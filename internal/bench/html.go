@@ -62,6 +62,7 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 	cell("violations", viol)
 	cell("server", fmt.Sprintf("cpu %.0f%% (%.1f s), rss peak %s (start %s)", r.ServerCPUPct, r.ServerCPUSeconds, fmtBytes(r.ServerRSSBytes), fmtBytes(r.ServerRSSStartBytes)))
 	cell("client", fmt.Sprintf("cpu %.0f%% (%.1f s), max rss %s", r.ClientCPUPct, r.ClientCPUSeconds, fmtBytes(float64(r.ClientMaxRSSBytes))))
+	cell("cpu per message", html.EscapeString(fmtCPUPerMsg(r)))
 	for _, k := range slices.Sorted(maps.Keys(r.Extra)) {
 		cell(k, fmt.Sprintf("%.4g", r.Extra[k]))
 	}

@@ -207,7 +207,7 @@ func (c *coord) cursorSync(ctx context.Context, d *rdev, targets map[string]int6
 			if h := c.hooks().DropEvent; h != nil && h(d.acct.User, d.label, ev) {
 				return
 			}
-			if m := d.stream.Event(ev); m != nil {
+			if _, ok := d.stream.Event(ev); ok {
 				rec.deliver(time.Now(), -1) // sent while the device was away: no latency to speak of
 			}
 		},

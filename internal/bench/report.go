@@ -56,8 +56,18 @@ type Report struct {
 	ServerCounters      map[string]float64 `json:"server_counters"` // parley_* counters over the load
 
 	ClientCPUPct      float64 `json:"client_cpu_pct"`
-	ClientCPUSeconds  float64 `json:"client_cpu_seconds"`
+	ClientCPUSeconds  float64 `json:"client_cpu_seconds"`   // the load generator's processes, user + system
 	ClientMaxRSSBytes int64   `json:"client_max_rss_bytes"` // largest load process
+
+	// CPU per message: each side's CPU seconds over the load divided by the messages acked
+	// (round trips for echo), in microseconds; 0 when nothing was acked. The generator
+	// shares the machine with the server, so every microsecond it spends is one the server
+	// could not: its figure says how far the server's is a measure of the server alone.
+	// Where a message has several recipients (groups), the same per delivery as well.
+	ServerCPUUsPerMsg      float64 `json:"server_cpu_us_per_msg"`
+	ClientCPUUsPerMsg      float64 `json:"client_cpu_us_per_msg"`
+	ServerCPUUsPerDelivery float64 `json:"server_cpu_us_per_delivery,omitempty"`
+	ClientCPUUsPerDelivery float64 `json:"client_cpu_us_per_delivery,omitempty"`
 
 	Counts   map[string]int64   `json:"counts"` // scenario counters (rounds, reconnects, ...)
 	Extra    map[string]float64 `json:"extra"`  // scenario figures
@@ -263,6 +273,40 @@ func (c *coord) verdict(r *Report) {
 	if r.DurationS > 0 {
 		r.ClientCPUPct = 100 * r.ClientCPUSeconds / r.DurationS
 	}
+	r.cpuPerMessage()
+}
+
+// cpuPerMessage fills the CPU figures per message and per delivery.
+func (r *Report) cpuPerMessage() {
+	per := func(seconds float64, n int64) float64 {
+		if n <= 0 {
+			return 0
+		}
+		return 1e6 * seconds / float64(n)
+	}
+	r.ServerCPUUsPerMsg, r.ClientCPUUsPerMsg = per(r.ServerCPUSeconds, r.Acked), per(r.ClientCPUSeconds, r.Acked)
+	if r.Deliveries > r.Acked {
+		r.ServerCPUUsPerDelivery, r.ClientCPUUsPerDelivery = per(r.ServerCPUSeconds, r.Deliveries), per(r.ClientCPUSeconds, r.Deliveries)
+	}
+}
+
+// fmtCPUPerMsg puts the server's and the generator's CPU per message side by side.
+func fmtCPUPerMsg(r *Report) string {
+	if r.Acked == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("server %s µs, generator %s µs per acked message", fmtUs(r.ServerCPUUsPerMsg), fmtUs(r.ClientCPUUsPerMsg))
+	if r.ServerCPUUsPerDelivery > 0 || r.ClientCPUUsPerDelivery > 0 {
+		s += fmt.Sprintf("; %s µs, %s µs per delivery", fmtUs(r.ServerCPUUsPerDelivery), fmtUs(r.ClientCPUUsPerDelivery))
+	}
+	return s
+}
+
+func fmtUs(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 // writeFiles writes the JSON and HTML files cfg asks for.
@@ -362,6 +406,7 @@ func writeTable(w io.Writer, r *Report) {
 	row("violations", "%d  %s", r.Violations, fmtCounts(r.ViolationsByKind))
 	row("server", "cpu %.0f%% (%.1f s)  rss peak %s (start %s)", r.ServerCPUPct, r.ServerCPUSeconds, fmtBytes(r.ServerRSSBytes), fmtBytes(r.ServerRSSStartBytes))
 	row("client", "cpu %.0f%% (%.1f s)  max rss %s  procs %d", r.ClientCPUPct, r.ClientCPUSeconds, fmtBytes(float64(r.ClientMaxRSSBytes)), r.Config.Procs)
+	row("cpu per msg", "%s", fmtCPUPerMsg(r))
 	if len(r.Counts) > 0 {
 		row("counts", "%s", fmtCounts(r.Counts))
 	}

@@ -150,8 +150,9 @@ func runSeries(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 
 // oneLine sums up a run for the progress output.
 func oneLine(r *Report) string {
-	return fmt.Sprintf("acked %.0f/s  ops %.0f/s  latency p50 %s p99 %s ms  server cpu %.0f%%  violations %d  errors %s",
-		r.AckedPerSec, r.OpsPerSec, fmtMS(r.Latency.P50), fmtMS(r.Latency.P99), r.ServerCPUPct, r.Violations, fmtCounts(r.Errors))
+	return fmt.Sprintf("acked %.0f/s  ops %.0f/s  latency p50 %s p99 %s ms  server cpu %.0f%%  cpu µs/msg server %s generator %s  violations %d  errors %s",
+		r.AckedPerSec, r.OpsPerSec, fmtMS(r.Latency.P50), fmtMS(r.Latency.P99), r.ServerCPUPct,
+		fmtUs(r.ServerCPUUsPerMsg), fmtUs(r.ClientCPUUsPerMsg), r.Violations, fmtCounts(r.Errors))
 }
 
 // aggregate is the report of several runs: every figure the median over the runs (counts
@@ -221,6 +222,10 @@ func aggregate(reps []*Report) *Report {
 		Runs:                reps,
 		Spread:              map[string]Spread{},
 	}
+	a.ServerCPUUsPerMsg = med(func(r *Report) float64 { return r.ServerCPUUsPerMsg })
+	a.ClientCPUUsPerMsg = med(func(r *Report) float64 { return r.ClientCPUUsPerMsg })
+	a.ServerCPUUsPerDelivery = med(func(r *Report) float64 { return r.ServerCPUUsPerDelivery })
+	a.ClientCPUUsPerDelivery = med(func(r *Report) float64 { return r.ClientCPUUsPerDelivery })
 	for _, r := range reps {
 		for k, v := range r.Errors {
 			a.Errors[k] += v
@@ -275,7 +280,7 @@ func cmpFloat(a, b float64) int {
 type figure struct {
 	key   string // its key in Report.Spread
 	label string
-	unit  string // "/s", "ms", "bytes", "%" or ""
+	unit  string // "/s", "ms", "µs", "bytes", "%" or ""
 	get   func(*Report) float64
 }
 
@@ -288,7 +293,7 @@ func (f figure) values(reps []*Report) []float64 {
 }
 
 // figures lists the headline figures of reps: rates, latency percentiles, the server's CPU
-// and memory, and every scenario figure (Report.Extra: memory per connection for idle,
+// and memory, both sides' CPU per message, and every scenario figure (Report.Extra: memory per connection for idle,
 // catch-up times for reconnect, commits per 1000 reads for read-storm...). Figures that are
 // zero in every run are left out, and so is the operation rate where it is the ack rate.
 func figures(reps []*Report) []figure {
@@ -316,6 +321,10 @@ func figures(reps []*Report) []figure {
 		figure{"server_cpu_pct", "server cpu", "%", func(r *Report) float64 { return r.ServerCPUPct }},
 		figure{"server_rss_bytes", "server rss peak", "bytes", func(r *Report) float64 { return r.ServerRSSBytes }},
 		figure{"client_cpu_pct", "client cpu", "%", func(r *Report) float64 { return r.ClientCPUPct }},
+		figure{"server_cpu_us_per_msg", "server cpu µs/msg", "µs", func(r *Report) float64 { return r.ServerCPUUsPerMsg }},
+		figure{"client_cpu_us_per_msg", "generator cpu µs/msg", "µs", func(r *Report) float64 { return r.ClientCPUUsPerMsg }},
+		figure{"server_cpu_us_per_delivery", "server cpu µs/delivery", "µs", func(r *Report) float64 { return r.ServerCPUUsPerDelivery }},
+		figure{"client_cpu_us_per_delivery", "generator cpu µs/delivery", "µs", func(r *Report) float64 { return r.ClientCPUUsPerDelivery }},
 	)
 	keys := map[string]bool{}
 	for _, r := range reps {
@@ -364,6 +373,8 @@ func fmtValue(unit string, v float64) string {
 		return fmtBytes(v)
 	case "%":
 		return fmt.Sprintf("%.0f%%", v)
+	case "µs":
+		return fmtUs(v)
 	}
 	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
 		return fmt.Sprintf("%.0f", v)
@@ -417,5 +428,7 @@ func writeBaseline(w io.Writer, a *Report) {
 		a.Scenario, a.AckedPerSec, b.AckedPerSec, a.Scenario, b.Ratio)
 	fmt.Fprintf(tw, "latency p99 ms\t%s %s, echo %s (x%.1f)   p50 %s / %s\n",
 		a.Scenario, fmtMS(a.Latency.P99), fmtMS(b.Latency.P99), b.LatencyP99Ratio, fmtMS(a.Latency.P50), fmtMS(b.Latency.P50))
+	fmt.Fprintf(tw, "cpu µs/msg\t%s: server %s, generator %s; echo: server %s, generator %s\n",
+		a.Scenario, fmtUs(a.ServerCPUUsPerMsg), fmtUs(a.ClientCPUUsPerMsg), fmtUs(b.ServerCPUUsPerMsg), fmtUs(b.ClientCPUUsPerMsg))
 	tw.Flush()
 }

@@ -120,3 +120,31 @@ func TestEcho(t *testing.T) {
 		t.Errorf("echo server not measured")
 	}
 }
+
+func TestCPUPerMessage(t *testing.T) {
+	tests := []struct {
+		name                       string
+		acked, deliveries          int64
+		server, client             float64 // CPU seconds
+		wantSrv, wantCli           float64 // µs per message
+		wantSrvDeliv, wantCliDeliv float64 // µs per delivery
+	}{
+		{name: "direct", acked: 10000, deliveries: 10000, server: 2.5, client: 1, wantSrv: 250, wantCli: 100},
+		{name: "group", acked: 100, deliveries: 50000, server: 5, client: 2, wantSrv: 50000, wantCli: 20000, wantSrvDeliv: 100, wantCliDeliv: 40},
+		{name: "echo", acked: 200000, server: 2, client: 3, wantSrv: 10, wantCli: 15},
+		{name: "nothing acked", server: 1, client: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{Acked: tt.acked, Deliveries: tt.deliveries, ServerCPUSeconds: tt.server, ClientCPUSeconds: tt.client}
+			r.cpuPerMessage()
+			got := []float64{r.ServerCPUUsPerMsg, r.ClientCPUUsPerMsg, r.ServerCPUUsPerDelivery, r.ClientCPUUsPerDelivery}
+			want := []float64{tt.wantSrv, tt.wantCli, tt.wantSrvDeliv, tt.wantCliDeliv}
+			for i := range got {
+				if math.Abs(got[i]-want[i]) > 1e-9*max(1, want[i]) {
+					t.Fatalf("per msg (server, generator), per delivery (server, generator) = %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}

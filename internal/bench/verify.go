@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"sync"
@@ -126,12 +124,18 @@ func (v *Verifier) merge(count int64, byKind map[string]int64, samples []Violati
 // the XOR of its messages' digests, so it is the same whatever order they are added in and
 // whichever process added them.
 func digest(seq int64, msgID string) uint64 {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(seq))
-	h.Write(b[:])
-	h.Write([]byte(msgID))
-	x := h.Sum64()
+	// FNV-1a (hash/fnv's New64a) over seq's 8 bytes, little-endian, then msgID's, inline:
+	// it runs for every ack and every delivery, and the hash.Hash would allocate.
+	const prime = 1099511628211
+	x := uint64(14695981039346656037)
+	for i := range 8 {
+		x ^= uint64(seq) >> (8 * i) & 0xff
+		x *= prime
+	}
+	for i := 0; i < len(msgID); i++ {
+		x ^= uint64(msgID[i])
+		x *= prime
+	}
 	// splitmix64 finaliser: FNV's low bits are weak, and XOR-ing them would show it.
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
@@ -165,7 +169,7 @@ type Stream struct {
 	resets int
 	convs  map[string]*RecvSummary // watched conversations
 	reads  map[posKey]int64        // (conv, user) -> highest read_seq seen in events
-	notify chan struct{}           // closed and replaced when a message arrives
+	notify chan struct{}           // made by Caught for a waiter, closed at the next message
 }
 
 type posKey struct{ conv, user string }
@@ -175,7 +179,6 @@ func NewStream(v *Verifier, user, device string) *Stream {
 	return &Stream{
 		v: v, device: device, user: user,
 		convs: make(map[string]*RecvSummary), reads: make(map[posKey]int64),
-		notify: make(chan struct{}),
 	}
 }
 
@@ -218,8 +221,8 @@ func (s *Stream) Cursor() int64 {
 }
 
 // Event checks one event. For a message in a watched conversation it returns the message
-// (nil otherwise) so that the caller can measure it.
-func (s *Stream) Event(ev client.SyncEvent) *client.Message {
+// and true (false otherwise) so that the caller can measure it.
+func (s *Stream) Event(ev client.SyncEvent) (client.Message, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -227,7 +230,7 @@ func (s *Stream) Event(ev client.SyncEvent) *client.Message {
 		// No starting point known: accept the first cursor as it comes.
 	case ev.Cursor <= s.cursor:
 		s.v.Reportf(VCursorRepeat, s.device, ev.ConvID, "cursor %d after %d", ev.Cursor, s.cursor)
-		return nil
+		return client.Message{}, false
 	case ev.Cursor > s.cursor+1:
 		s.v.Reportf(VCursorGap, s.device, ev.ConvID, "cursor %d after %d: %d events missing", ev.Cursor, s.cursor, ev.Cursor-s.cursor-1)
 	}
@@ -245,32 +248,34 @@ func (s *Stream) Event(ev client.SyncEvent) *client.Message {
 			}
 		}
 	}
-	return nil
+	return client.Message{}, false
 }
 
-func (s *Stream) messageLocked(ev client.SyncEvent) *client.Message {
+func (s *Stream) messageLocked(ev client.SyncEvent) (client.Message, bool) {
 	m, err := ev.Message()
 	if err != nil {
 		s.v.Reportf(VMismatch, s.device, ev.ConvID, "undecodable message event at cursor %d: %v", ev.Cursor, err)
-		return nil
+		return client.Message{}, false
 	}
 	r := s.convs[m.ConvID]
 	if r == nil {
-		return nil
+		return client.Message{}, false
 	}
 	switch {
 	case m.Seq <= r.Last:
 		s.v.Reportf(VSeqRepeat, s.device, m.ConvID, "seq %d after %d", m.Seq, r.Last)
-		return nil
+		return client.Message{}, false
 	case m.Seq > r.Last+1:
 		s.v.Reportf(VSeqGap, s.device, m.ConvID, "seq %d after %d: %d messages missing", m.Seq, r.Last, m.Seq-r.Last-1)
 	}
 	r.Last = m.Seq
 	r.Count++
 	r.Digest ^= digest(m.Seq, m.MsgID)
-	close(s.notify)
-	s.notify = make(chan struct{})
-	return &m
+	if s.notify != nil {
+		close(s.notify)
+		s.notify = nil
+	}
+	return m, true
 }
 
 // Last returns the highest seq received in convID (its base if none).
@@ -290,6 +295,9 @@ func (s *Stream) Caught(targets map[string]int64) (bool, <-chan struct{}) {
 	defer s.mu.Unlock()
 	for id, r := range s.convs {
 		if t, ok := targets[id]; ok && r.Last < t {
+			if s.notify == nil {
+				s.notify = make(chan struct{})
+			}
 			return false, s.notify
 		}
 	}

@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"testing"
 
 	"github.com/parleychat/parley/client"
@@ -214,5 +216,29 @@ func TestDigestOrderIndependent(t *testing.T) {
 	b := digest(2, "y") ^ digest(1, "x")
 	if a != b || digest(1, "x") == digest(2, "x") || digest(1, "x") == digest(1, "y") {
 		t.Fatal("digest is not a per-message identity")
+	}
+}
+
+// TestDigestIsFNV1a holds digest's inline hash to hash/fnv, so that its values stay those
+// of every earlier version (and of any process of another build a run may merge).
+func TestDigestIsFNV1a(t *testing.T) {
+	for _, tc := range []struct {
+		seq int64
+		id  string
+	}{{0, ""}, {1, "m_kdjnrolfoqbolrqvkom7cxrgqm"}, {-1, "é\x00"}, {1 << 62, "x"}} {
+		h := fnv.New64a()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], uint64(tc.seq))
+		h.Write(b[:])
+		h.Write([]byte(tc.id))
+		x := h.Sum64()
+		x ^= x >> 30
+		x *= 0xbf58476d1ce4e5b9
+		x ^= x >> 27
+		x *= 0x94d049bb133111eb
+		x ^= x >> 31
+		if got := digest(tc.seq, tc.id); got != x {
+			t.Errorf("digest(%d, %q) = %016x, want %016x", tc.seq, tc.id, got, x)
+		}
 	}
 }

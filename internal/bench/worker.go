@@ -257,7 +257,11 @@ func (w *worker) waitCaught(ctx context.Context, targets map[string]int64) {
 // bytes that also carries its send time in "t", from which receivers measure
 // publish-to-receive latency.
 func (w *worker) content(sent time.Time) json.RawMessage {
-	b := make([]byte, 0, w.job.Size+40)
+	return w.appendContent(make([]byte, 0, w.job.Size+40), sent)
+}
+
+// appendContent appends the content of a message sent at sent to b.
+func (w *worker) appendContent(b []byte, sent time.Time) []byte {
 	b = append(b, `{"t":`...)
 	b = strconv.AppendInt(b, sent.UnixNano(), 10)
 	b = append(b, `,"text":"`...)
@@ -295,17 +299,21 @@ func (w *worker) send(ctx context.Context, d *device, conv string, intended time
 	octx, cancel := opContext(ctx)
 	defer cancel()
 	ack, err := d.client().Send(octx, conv, client.ContentText, w.content(intended), nil)
-	now := time.Now()
 	if err != nil {
 		w.rec.fail(err)
 		return ack, false
 	}
+	w.acked(d, ack, intended, time.Now(), asOp)
+	return ack, true
+}
+
+// acked records the ack of a send scheduled at intended and answered at now.
+func (w *worker) acked(d *device, ack client.MessageAck, intended, now time.Time, asOp bool) {
 	if asOp {
 		w.rec.op(now, now.Sub(intended))
 	}
 	w.rec.ack(now)
 	w.ledger.Ack(d.spec.User, ack)
-	return ack, true
 }
 
 // device is one device of a user: an SDK client whose events go through a Stream.
@@ -391,8 +399,8 @@ func (d *device) onEvent(ev client.SyncEvent) {
 	if h := d.w.hooks.DropEvent; h != nil && h(d.spec.User, d.label, ev) {
 		return
 	}
-	m := d.stream.Event(ev)
-	if m == nil {
+	m, ok := d.stream.Event(ev)
+	if !ok {
 		return
 	}
 	if m.SenderID == d.spec.User {
