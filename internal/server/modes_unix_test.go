@@ -9,15 +9,29 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/parleychat/parley/internal/auth"
 )
 
 // TestDataDirectoryIsPrivate: an existing data directory left 0755 with readable files is
-// tightened when the server opens it, and the store's own files (SQLite's db, -wal, -shm),
-// the secrets and the lock end up 0600, even with a permissive umask.
+// tightened when the server opens it, and the store's own files (SQLite's db, -wal, -shm;
+// Pebble's directory and the files in it), the secrets and the lock end up 0600, even with a
+// permissive umask. It runs on each engine.
 func TestDataDirectoryIsPrivate(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		files  []string // the engine's own names (a trailing * matches a prefix), besides those every directory has
+	}{
+		{engine: "pebble", files: []string{"pebble", "MANIFEST-*", "OPTIONS-*", "*.log"}},
+		{engine: "sqlite", files: []string{"parley.db", "parley.db-wal", "parley.db-shm"}},
+	} {
+		t.Run(tc.engine, func(t *testing.T) { testDataDirectoryIsPrivate(t, tc.engine, tc.files) })
+	}
+}
+
+func testDataDirectoryIsPrivate(t *testing.T, engine string, files []string) {
 	dir := filepath.Join(t.TempDir(), "data")
 	mustMkdir(t, filepath.Join(dir, "old"))
 	mustWrite(t, filepath.Join(dir, "notes.txt"), 0o644)
@@ -28,6 +42,7 @@ func TestDataDirectoryIsPrivate(t *testing.T) {
 		}
 	}
 	cfg := DefaultConfig(dir)
+	cfg.Engine = engine
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := New(context.Background(), cfg)
 	if err != nil {
@@ -59,8 +74,8 @@ func TestDataDirectoryIsPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	for _, name := range []string{"parley.db", "parley.db-wal", "parley.db-shm", "LOCK", auth.AdminSecretFile, auth.SigningKeyFile, "notes.txt", "backup.db"} {
-		if !seen[name] {
+	for _, name := range append(files, "LOCK", auth.AdminSecretFile, auth.SigningKeyFile, "notes.txt", "backup.db") {
+		if !seenName(seen, name) {
 			t.Errorf("no %s in the data directory (saw %v)", name, seen)
 		}
 	}
@@ -81,4 +96,20 @@ func mustWrite(t *testing.T, path string, mode fs.FileMode) {
 	if err := os.Chmod(path, mode); err != nil { // WriteFile's mode is subject to the umask
 		t.Fatal(err)
 	}
+}
+
+// seenName reports whether seen holds name, where a leading or trailing * in name matches
+// any suffix or prefix.
+func seenName(seen map[string]bool, name string) bool {
+	prefix, isPrefix := strings.CutSuffix(name, "*")
+	suffix, isSuffix := strings.CutPrefix(name, "*")
+	if !isPrefix && !isSuffix {
+		return seen[name]
+	}
+	for s := range seen {
+		if isPrefix && strings.HasPrefix(s, prefix) || isSuffix && strings.HasSuffix(s, suffix) {
+			return true
+		}
+	}
+	return false
 }
