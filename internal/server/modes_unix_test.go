@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -112,4 +113,39 @@ func seenName(seen map[string]bool, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestPrivateDataWhileFilesComeAndGo: the engine may create and delete files while the walk
+// runs (Pebble removes its obsolete OPTIONS, log and table files on a goroutine of its own
+// after the open). A file gone between the listing and its chmod is no error: a restart once
+// failed with "lstat .../pebble/OPTIONS-000003: no such file or directory".
+func TestPrivateDataWhileFilesComeAndGo(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "pebble")
+	mustMkdir(t, sub)
+	const files = 500
+	for i := range files {
+		mustWrite(t, filepath.Join(sub, fmt.Sprintf("f%03d", i)), 0o644)
+	}
+	stop := make(chan struct{})
+	churned := make(chan struct{})
+	go func() { // removes each file and makes it again, in turn, until stopped
+		defer close(churned)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := filepath.Join(sub, fmt.Sprintf("f%03d", i%files))
+			_ = os.Remove(name)
+			_ = os.WriteFile(name, nil, 0o644)
+		}
+	}()
+	defer func() { close(stop); <-churned }()
+	for i := range 100 {
+		if err := privateData(dir); err != nil {
+			t.Fatalf("walk %d: %v", i, err)
+		}
+	}
 }
