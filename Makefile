@@ -27,13 +27,12 @@ fuzz:
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...
-	go test -tags pebble -run '^$$' -bench . -benchmem ./internal/store/pebble/
 
 # chat.Service.Send through each durable engine, 3 runs each: compare them with benchstat
 # (docs/design.md, "Measuring the write path").
 bench-send:
+	go test -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/pebble/
 	go test -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/sqlite/
-	go test -tags pebble -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/pebble/
 
 ci:
 	bash .ci/run

@@ -17,7 +17,7 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs := newFlagSet("user add", stderr)
 	data := fs.String("data", "./data", "data directory")
 	name := fs.String("name", "", "display name")
-	engine := fs.String("store", "", "storage engine of a new data directory (default: the directory's own, else sqlite)")
+	engine := fs.String("store", "", "storage engine of a new data directory (default: the directory's own, else pebble)")
 	if err := parseFlags(fs, reorder(args[1:]), getenv); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/client"
+	"github.com/parleychat/parley/internal/server"
 )
 
 // TestMain removes the binary built by parleyBinary once every test has run.
@@ -300,14 +302,29 @@ func (w *crashWorld) clientFor(baseURL string, u int) *client.Client {
 	})
 }
 
+// TestCrashRecovery runs the crash test on each engine: a new data directory's default
+// (Pebble) and one created with --store sqlite, which existing installations keep.
 func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test runs a subprocess server; skipped in -short mode")
 	}
+	for _, engine := range []string{"", "sqlite"} {
+		t.Run(cmp.Or(engine, "default"), func(t *testing.T) { testCrashRecovery(t, engine) })
+	}
+}
+
+func testCrashRecovery(t *testing.T, engine string) {
 	w := &crashWorld{t: t, dir: t.TempDir(), ofUser: map[int][]int{}, byID: map[string]int{}}
+	args := []string{"--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0"}
+	if engine != "" {
+		args = append(args, "--store", engine)
+	}
 	// The first start builds the binary, which under a loaded "go test ./..." can take long:
 	// the test's own deadline starts once the server is up.
-	srv := startServe(t, w.dir, "--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0")
+	srv := startServe(t, w.dir, args...)
+	if got, want := server.DetectEngine(w.dir), cmp.Or(engine, server.DefaultEngine); got != want {
+		t.Fatalf("the server created a %q store, want %q", got, want)
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -317,7 +334,7 @@ func TestCrashRecovery(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		w.addMessages(round)
 		stats[round-1].ackedBeforeKill = w.runRound(ctx, srv.URL, round, srv)
-		srv = startServe(t, w.dir, "--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0")
+		srv = startServe(t, w.dir, args...)
 		// Before anything is re-sent: every ack held so far must already be there.
 		w.verifyHistory(ctx, srv.URL, false)
 	}

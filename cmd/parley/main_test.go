@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/parleychat/parley/client"
+	"github.com/parleychat/parley/internal/server"
 )
 
 // testSecret is an admin secret long enough for serve (32 bytes or more).
@@ -381,16 +383,32 @@ func TestServeConfiguredFromEnv(t *testing.T) {
 }
 
 // TestOperatorCommandsOffline: `user add` and `token` work on a data directory with no server
-// running, and the token works against a server started on it afterwards.
+// running, and the token works against a server started on it afterwards. While the server
+// runs, they work beside it on SQLite, and on Pebble (one process per directory) they are
+// refused with a pointer to the admin API. It runs on each engine: the default (Pebble) and
+// a directory created with --store sqlite.
 func TestOperatorCommandsOffline(t *testing.T) {
+	for _, engine := range []string{"", "sqlite"} {
+		t.Run(cmp.Or(engine, "default"), func(t *testing.T) { testOperatorCommandsOffline(t, engine) })
+	}
+}
+
+func testOperatorCommandsOffline(t *testing.T, engine string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "data")
 	getenv := env(map[string]string{"PARLEY_DATA": dir}) // the data directory from the environment
 
-	out, stderr, err := runCmd(t, getenv, "user", "add", "alice", "--name", "Alice")
+	args := []string{"user", "add", "alice", "--name", "Alice"}
+	if engine != "" {
+		args = append(args, "--store", engine) // only the command that creates the directory names it
+	}
+	out, stderr, err := runCmd(t, getenv, args...)
 	if err != nil || out != "created user alice\n" {
 		t.Fatalf("user add alice: %q, %v\nstderr: %s", out, err, stderr)
+	}
+	if got, want := server.DetectEngine(dir), cmp.Or(engine, server.DefaultEngine); got != want {
+		t.Fatalf("user add created a %q directory, want %q", got, want)
 	}
 	out, _, err = runCmd(t, getenv, "user", "add", "alice")
 	if err != nil || out != "user alice already exists\n" {
@@ -426,13 +444,26 @@ func TestOperatorCommandsOffline(t *testing.T) {
 	}
 	// And the other way round: a token minted from the data directory while the server runs.
 	out, _, err = runCmd(t, getenv, "token", "bob", "laptop")
+	if engine != "sqlite" {
+		if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), "/v1/admin/tokens") {
+			t.Fatalf("token on a Pebble directory while serving: %q, %v; want a refusal naming the admin API", out, err)
+		}
+		if _, _, err := runCmd(t, getenv, "user", "add", "carol"); err == nil || !strings.Contains(err.Error(), "/v1/admin/users") {
+			t.Fatalf("user add on a Pebble directory while serving: %v; want a refusal naming the admin API", err)
+		}
+		if err := s.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err = runCmd(t, getenv, "token", "bob", "laptop")
+		s = runServe(t, getenv, "--admin-secret", testSecret)
+	}
 	if err != nil {
-		t.Fatalf("token while serving: %v", err)
+		t.Fatalf("token for bob: %v", err)
 	}
 	bob := client.New(client.Options{BaseURL: s.URL, Token: strings.TrimSpace(out)})
 	page, err := bob.History(ctx, conv.ConvID, client.HistoryQuery{})
 	if err != nil || len(page.Messages) != 1 || page.Messages[0].MsgID != ack.MsgID {
-		t.Fatalf("bob's history with a token minted while serving: %+v, %v", page, err)
+		t.Fatalf("bob's history with a token minted from the data directory: %+v, %v", page, err)
 	}
 	if err := s.stop(t); err != nil {
 		t.Fatal(err)

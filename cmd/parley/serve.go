@@ -42,8 +42,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&n.Gateway.LongPollsPerUser, "longpolls-per-user", n.Gateway.LongPollsPerUser, "long-polls one user may have waiting at once (one per device)")
 	fs.DurationVar(&n.Gateway.BodyTimeout, "body-timeout", n.Gateway.BodyTimeout, "time a client may take to send a request body (408 past it)")
 	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
-	fs.StringVar(&n.Engine, "store", "", "embedded storage engine, sqlite or pebble (default: the data directory's own, sqlite for a new one)")
-	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: survives a process crash but may lose the last acked messages on power loss")
+	fs.StringVar(&n.Engine, "store", "", "embedded storage engine, pebble or sqlite (default: the data directory's own, pebble for a new one)")
+	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&n.Chat.RecallWindow, "recall-window", n.Chat.RecallWindow, "how long a sender may recall a message")
@@ -150,14 +150,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 }
 
 // openData opens the store and token signer of a data directory for the operator commands,
-// with the engine that created it. With SQLite (WAL) they work beside a running server.
-// engine "" means the directory's own (SQLite for a new directory).
+// with the engine that created it; engine "" means the directory's own
+// (server.DefaultEngine for a new directory). With SQLite (WAL) they work beside a running
+// server. Pebble allows one process per directory and the server keeps the hot state in its
+// memory, so on Pebble they take the server's lock: refused, with a pointer to the admin API,
+// while a server runs, and no server starts until they are done.
 func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), error) {
 	privateUmask()
 	cfg := server.DefaultConfig(dir)
 	cfg.Engine = engine
+	unlock := func() {}
+	if server.EngineOf(cfg) == "pebble" {
+		var err error
+		if unlock, err = server.LockData(dir); errors.Is(err, server.ErrDataInUse) {
+			return nil, nil, fmt.Errorf("%w: on the pebble engine this command needs the server stopped; "+
+				"while it runs, use the admin API (POST /v1/admin/users, POST /v1/admin/tokens)", err)
+		} else if err != nil {
+			return nil, nil, err
+		}
+	}
 	st, err := server.OpenStore(ctx, cfg, nil)
 	if err != nil {
+		unlock()
 		return nil, nil, fmt.Errorf("open store: %w", err)
 	}
 	signer, err := server.Signer(dir)
@@ -167,10 +181,11 @@ func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), e
 	}
 	if err != nil {
 		st.Close()
+		unlock()
 		return nil, nil, err
 	}
 	svc := chat.New(chat.Options{Store: st, Signer: signer, DirectIDKey: dirKey, Config: chat.DefaultConfig()})
-	return svc, func() { st.Close() }, nil
+	return svc, func() { st.Close(); unlock() }, nil
 }
 
 // serveDebug serves the pprof profiles on their own address, never on the public one.

@@ -191,7 +191,7 @@ func TestRateLimitedServerShowsRetries(t *testing.T) {
 	if rep.Retried429 == 0 || rep.Retries < rep.Retried429 || rep.RateLimited != rep.Retried429 {
 		t.Fatalf("retries %d, retried after 429 %d, 429 answers %d: want the 429s counted", rep.Retries, rep.Retried429, rep.RateLimited)
 	}
-	want := Env{ServerVersion: "v9.9.9-test", Engine: "sqlite"}
+	want := Env{ServerVersion: "v9.9.9-test", Engine: server.DefaultEngine}
 	if rep.Env.ServerVersion != want.ServerVersion || rep.Env.Engine != want.Engine || rep.Env.ServerGo == "unknown" {
 		t.Fatalf("env %+v, want the server's version %s and engine %s", rep.Env, want.ServerVersion, want.Engine)
 	}
@@ -200,12 +200,12 @@ func TestRateLimitedServerShowsRetries(t *testing.T) {
 	}
 	var out bytes.Buffer
 	writeTable(&out, rep)
-	for _, s := range []string{"429 answers: ", "engine sqlite", "v9.9.9-test", "CPUs"} {
+	for _, s := range []string{"429 answers: ", "engine " + want.Engine, "v9.9.9-test", "CPUs"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, out.String())
 		}
 	}
-	if page := renderHTML(rep); !strings.Contains(page, "429 answers: ") || !strings.Contains(page, "engine sqlite") {
+	if page := renderHTML(rep); !strings.Contains(page, "429 answers: ") || !strings.Contains(page, "engine "+want.Engine) {
 		t.Error("HTML report lacks the retries or the engine")
 	}
 }

@@ -2,5 +2,5 @@
 
 package server
 
-// lockData does nothing where flock is not available.
-func lockData(string) (func(), error) { return func() {}, nil }
+// LockData does nothing where flock is not available.
+func LockData(string) (func(), error) { return func() {}, nil }

@@ -10,11 +10,12 @@ import (
 	"syscall"
 )
 
-// lockData takes an exclusive lock on dir/LOCK so that two servers never share one data
-// directory: both would assign seqs and cursors from the same rows. The operator commands
-// (user add, token) do not take it and may run beside the server. The lock ends with the
-// process, so a SIGKILL never leaves a stale one.
-func lockData(dir string) (unlock func(), err error) {
+// LockData takes an exclusive lock on dir/LOCK so that two servers never share one data
+// directory: both would assign seqs and cursors from the same rows. It fails with
+// ErrDataInUse while another holds it. On SQLite the operator commands (user add, token) do
+// not take it and may run beside the server; on Pebble they take it (see cmd/parley). The
+// lock ends with the process, so a SIGKILL never leaves a stale one.
+func LockData(dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -25,7 +26,7 @@ func lockData(dir string) (unlock func(), err error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data directory %s is in use by another parley server", dir)
+			return nil, fmt.Errorf("data directory %s is %w", dir, ErrDataInUse)
 		}
 		return nil, fmt.Errorf("lock data directory: %w", err)
 	}

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,17 +15,21 @@ import (
 // existing directory may have been made 0755 by hand, and engines create files with 0644
 // unless the process umask says otherwise (cmd/parley sets 077 too; this covers the files
 // that existed before, and library users such as tests).
+//
+// The engine is open during the walk and may delete files meanwhile (Pebble removes its
+// obsolete OPTIONS, log and table files on a goroutine of its own), so a file or directory
+// that is gone by the time the walk reaches it is skipped, not an error.
 func privateData(dir string) error {
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return gone(err)
 		}
 		if d.Type()&fs.ModeSymlink != 0 || !(d.IsDir() || d.Type().IsRegular()) {
 			return nil // chmod would follow a link out of the directory
 		}
 		info, err := d.Info()
 		if err != nil {
-			return err
+			return gone(err)
 		}
 		mode := info.Mode().Perm() &^ 0o077
 		if d.IsDir() {
@@ -33,6 +38,14 @@ func privateData(dir string) error {
 		if mode == info.Mode().Perm() {
 			return nil
 		}
-		return os.Chmod(path, mode)
+		return gone(os.Chmod(path, mode))
 	})
+}
+
+// gone drops an error that says the file no longer exists.
+func gone(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }

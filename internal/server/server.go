@@ -26,10 +26,14 @@ import (
 	"github.com/parleychat/parley/internal/store/sqlite"
 )
 
+// ErrDataInUse is LockData's error while another process (a server, or an operator command
+// on a Pebble directory) holds the data directory.
+var ErrDataInUse = errors.New("in use by another parley process")
+
 // Config is a node's configuration.
 type Config struct {
 	Data        string // data directory of the embedded store; required
-	Engine      string // embedded engine: "sqlite" or "pebble"; "" means the data directory's own, else sqlite
+	Engine      string // embedded engine: "pebble" or "sqlite"; "" means the data directory's own, else DefaultEngine
 	Version     string // the binary's version, published in parley_build_info; "" reads "dev"
 	Relaxed     bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
 	AdminSecret string // empty: generated once into Data/admin.secret
@@ -68,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
 		return nil, err
 	}
-	unlock, err := lockData(cfg.Data)
+	unlock, err := LockData(cfg.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // OpenStore opens the embedded engine cfg names in cfg.Data (by default the one whose files
-// are there, else SQLite). A data directory belongs to the engine that created it: naming
+// are there, else DefaultEngine). A data directory belongs to the engine that created it: naming
 // another one is an error, not a second empty store. The directory is made private
 // (0700, its files 0600) once the engine has opened it.
 func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
@@ -129,7 +133,7 @@ func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration
 	case "pebble":
 		st, err = pebble.Open(ctx, pebble.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
 	default:
-		return nil, fmt.Errorf("unknown storage engine %q (sqlite or pebble)", cfg.Engine)
+		return nil, fmt.Errorf("unknown storage engine %q (pebble or sqlite)", cfg.Engine)
 	}
 	if err != nil {
 		return nil, err
@@ -143,9 +147,16 @@ func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration
 	return st, nil
 }
 
+// DefaultEngine is the engine of a new data directory when none is named. It is Pebble
+// because it writes each group commit as one sequential log append (docs/design.md,
+// "Measuring the write path"). A directory that already holds a SQLite store keeps opening
+// with SQLite (DetectEngine), so installations from before Pebble was the default keep
+// working.
+const DefaultEngine = "pebble"
+
 // EngineOf names the engine OpenStore opens for cfg: the one cfg names, else the data
-// directory's own, else SQLite.
-func EngineOf(cfg Config) string { return cmp.Or(cfg.Engine, DetectEngine(cfg.Data), "sqlite") }
+// directory's own, else DefaultEngine.
+func EngineOf(cfg Config) string { return cmp.Or(cfg.Engine, DetectEngine(cfg.Data), DefaultEngine) }
 
 // DetectEngine names the engine whose files dataDir holds, or "" for a new directory.
 func DetectEngine(dataDir string) string {

@@ -28,23 +28,51 @@ func TestOneServerPerDataDirectory(t *testing.T) {
 	again.Close()
 }
 
+// TestDataDirectoryKeepsItsEngine: a new directory gets DefaultEngine (Pebble) unless --store
+// names another; a directory keeps the engine that created it when none is named, which is
+// how a SQLite installation from before Pebble was the default keeps working; naming the
+// other engine is refused rather than opening a second, empty store.
 func TestDataDirectoryKeepsItsEngine(t *testing.T) {
-	cfg := DefaultConfig(t.TempDir())
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if got := DetectEngine(cfg.Data); got != "" {
-		t.Fatalf("new directory detected as %q", got)
-	}
-	s, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	if got := DetectEngine(cfg.Data); got != "sqlite" {
-		t.Fatalf("detected %q, want sqlite", got)
-	}
-	cfg.Engine = "pebble"
-	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "holds a sqlite store") {
-		t.Fatalf("opening a SQLite directory as pebble: %v", err)
+	for _, tc := range []struct {
+		name, create, want, other string
+	}{
+		{name: "new directory", create: "", want: "pebble", other: "sqlite"},
+		{name: "named pebble", create: "pebble", want: "pebble", other: "sqlite"},
+		{name: "named sqlite", create: "sqlite", want: "sqlite", other: "pebble"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig(t.TempDir())
+			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			if got := DetectEngine(cfg.Data); got != "" {
+				t.Fatalf("new directory detected as %q", got)
+			}
+			cfg.Engine = tc.create
+			if got := EngineOf(cfg); got != tc.want {
+				t.Fatalf("EngineOf a new directory with engine %q: %q, want %q", tc.create, got, tc.want)
+			}
+			s, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			if got := DetectEngine(cfg.Data); got != tc.want {
+				t.Fatalf("detected %q, want %s", got, tc.want)
+			}
+			// Restarted without --store (as after an upgrade): the directory's own engine.
+			cfg.Engine = ""
+			if got := EngineOf(cfg); got != tc.want {
+				t.Fatalf("EngineOf the %s directory: %q", tc.want, got)
+			}
+			again, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("reopen without --store: %v", err)
+			}
+			again.Close()
+			cfg.Engine = tc.other
+			if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "holds a "+tc.want+" store") {
+				t.Fatalf("opening a %s directory as %s: %v", tc.want, tc.other, err)
+			}
+		})
 	}
 	other := DefaultConfig(t.TempDir())
 	other.Engine = "leveldb"
