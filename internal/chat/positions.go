@@ -29,9 +29,9 @@ func (s *Service) MarkDelivered(ctx context.Context, me Identity, convID string,
 	return s.advance(ctx, me, convID, seq, deliveredPos)
 }
 
-// advance implements both position updates. Monotonicity is enforced inside the write
-// transaction, which is serialized with every other update of the same member, so no
-// interleaving of devices or stale requests can move a position backwards. A read snapshot
+// advance implements both position updates. The store enforces monotonicity
+// (store.MemberWriter.AdvancePositions), so no interleaving of devices or stale requests can
+// move a position backwards. A read snapshot
 // first answers the updates that would change nothing (stale or repeated), which are most
 // of a read storm, without taking the writer.
 func (s *Service) advance(ctx context.Context, me Identity, convID string, seq int64, p position) (int64, error) {
@@ -56,13 +56,15 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 		if cur, moves = target(c, m, seq, p); !moves {
 			return nil
 		}
+		read := int64(0)
 		if p == readPos {
-			m.ReadSeq, m.DeliveredSeq = cur, max(m.DeliveredSeq, cur)
-		} else {
-			m.DeliveredSeq = cur
+			read = cur // reading raises delivered with it
 		}
-		if err := tx.PutMember(ctx, m); err != nil {
+		if m, moves, err = tx.AdvancePositions(ctx, convID, me.UserID, read, cur); err != nil || !moves {
 			return err
+		}
+		if cur = m.DeliveredSeq; p == readPos {
+			cur = m.ReadSeq
 		}
 		return s.emitPosition(ctx, tx, ob, c, me.UserID, cur, p)
 	})

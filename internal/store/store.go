@@ -162,6 +162,12 @@ type MemberWriter interface {
 	PutMember(ctx context.Context, m Member) error
 	// DeleteMember removes the membership; ErrNotFound if there is none.
 	DeleteMember(ctx context.Context, convID, userID string) error
+	// AdvancePositions raises the member's read and delivered positions to at least
+	// readSeq and deliveredSeq: each becomes the larger of the stored one and the one
+	// asked, so that no caller, however stale its view, moves a position back (SQL:
+	// UPDATE ... SET read_seq = max(read_seq, $n)). It returns the member as it then is and
+	// whether either position moved; ErrNotFound when the user is not a member.
+	AdvancePositions(ctx context.Context, convID, userID string, readSeq, deliveredSeq int64) (Member, bool, error)
 }
 
 // Message is one stored message. Content and Extra are raw JSON (Extra an object of

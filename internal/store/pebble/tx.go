@@ -428,6 +428,25 @@ func (w writeTx) PutMember(ctx context.Context, m store.Member) error {
 	return t.set(t.key, nil, nil, false)
 }
 
+// AdvancePositions implements store.MemberWriter. The single writer serializes it with
+// every other write of the member, so reading the row and writing the larger positions back
+// is atomic.
+func (w writeTx) AdvancePositions(ctx context.Context, convID, userID string, readSeq, deliveredSeq int64) (store.Member, bool, error) {
+	m, err := w.Member(ctx, convID, userID)
+	if err != nil {
+		return m, false, err
+	}
+	if readSeq <= m.ReadSeq && deliveredSeq <= m.DeliveredSeq {
+		return m, false, nil
+	}
+	m.ReadSeq, m.DeliveredSeq = max(m.ReadSeq, readSeq), max(m.DeliveredSeq, deliveredSeq)
+	t := w.t
+	prev := slices.Clone(t.val) // the row Member read
+	t.key = memberKey(t.key[:0], convID, userID)
+	t.enc = encodeMember(t.enc[:0], m)
+	return m, true, t.set(t.key, t.enc, prev, true)
+}
+
 // DeleteMember implements store.MemberWriter.
 func (w writeTx) DeleteMember(ctx context.Context, convID, userID string) error {
 	t := w.t

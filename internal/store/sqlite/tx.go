@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -134,6 +135,20 @@ func (t writeTx) PutMember(ctx context.Context, m store.Member) error {
 		return t.q.fail(err, "put member %q of conversation %q", m.UserID, m.ConvID)
 	}
 	return nil
+}
+
+// AdvancePositions implements store.MemberWriter: one UPDATE that raises the positions
+// only where they move; no row back means the member did not move or is no member.
+func (t writeTx) AdvancePositions(ctx context.Context, convID, userID string, readSeq, deliveredSeq int64) (store.Member, bool, error) {
+	m, err := scanMember(t.q.queryRow(ctx, stAdvancePositions, readSeq, deliveredSeq, convID, userID))
+	if err == nil {
+		return m, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return store.Member{}, false, t.q.fail(err, "advance member %q of conversation %q", userID, convID)
+	}
+	m, err = t.Member(ctx, convID, userID)
+	return m, false, err
 }
 
 // DeleteMember implements store.MemberWriter.

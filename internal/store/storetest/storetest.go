@@ -36,6 +36,8 @@ func Run(t *testing.T, h Harness) {
 		{"Members/OrderedByOrdinal", testMembersOrdered},
 		{"Members/Memberships", testMemberships},
 		{"Members/Delete", testMemberDelete},
+		{"Positions/OnlyAdvance", testPositionsOnlyAdvance},
+		{"Positions/Concurrent", testPositionsConcurrent},
 		{"Messages/InsertAndLookup", testMessageInsertAndLookup},
 		{"Messages/Uniqueness", testMessageUniqueness},
 		{"Messages/Ranges", testMessageRanges},
