@@ -149,6 +149,10 @@ type inFrame struct {
 
 // handle routes one frame; stop is true when the frame ends the connection.
 func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
+	if ev, ok := decodePush(data); ok {
+		cn.c.enqueue(ev)
+		return 0, false
+	}
 	var f inFrame
 	if err := json.Unmarshal(data, &f); err != nil {
 		cn.c.log.Warn("parley: unreadable frame from server", "err", err)

@@ -13,7 +13,14 @@ var ErrEventType = errors.New("protocol: event of another type")
 // Message returns the data of a "message" event: the message as it is now (a later recall
 // shows as Recalled with null content). ConvID is filled from the event if data lacks it.
 func (e SyncEvent) Message() (Message, error) {
-	m, err := eventData[Message](e, EventMessage)
+	m, ok := Message{}, false
+	if e.Type == EventMessage {
+		m, ok = decodeMessage(e.Data)
+	}
+	var err error
+	if !ok {
+		m, err = eventData[Message](e, EventMessage)
+	}
 	if err == nil && m.ConvID == "" {
 		m.ConvID = e.ConvID
 	}
