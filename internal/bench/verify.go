@@ -165,7 +165,14 @@ type Stream struct {
 	resets int
 	convs  map[string]*RecvSummary // watched conversations
 	reads  map[posKey]int64        // (conv, user) -> highest read_seq seen in events
-	notify chan struct{}           // closed and replaced when a message arrives
+
+	// The targets of the one Caught waiter, if any: how many watched conversations are still
+	// below theirs, and the channel closed once none is. Each message then costs the
+	// checker one lookup rather than a wake-up of the waiter and a scan of every
+	// conversation (a reconnect brings thousands of messages over hundreds of them).
+	want   map[string]int64
+	behind int
+	caught chan struct{}
 }
 
 type posKey struct{ conv, user string }
@@ -175,7 +182,6 @@ func NewStream(v *Verifier, user, device string) *Stream {
 	return &Stream{
 		v: v, device: device, user: user,
 		convs: make(map[string]*RecvSummary), reads: make(map[posKey]int64),
-		notify: make(chan struct{}),
 	}
 }
 
@@ -265,12 +271,24 @@ func (s *Stream) messageLocked(ev client.SyncEvent) *client.Message {
 	case m.Seq > r.Last+1:
 		s.v.Reportf(VSeqGap, s.device, m.ConvID, "seq %d after %d: %d messages missing", m.Seq, r.Last, m.Seq-r.Last-1)
 	}
+	prev := r.Last
 	r.Last = m.Seq
 	r.Count++
 	r.Digest ^= digest(m.Seq, m.MsgID)
-	close(s.notify)
-	s.notify = make(chan struct{})
+	if t, ok := s.want[m.ConvID]; ok && prev < t && r.Last >= t {
+		if s.behind--; s.behind == 0 {
+			s.stopWaitLocked()
+		}
+	}
 	return &m
+}
+
+// stopWaitLocked wakes the Caught waiter, if any, and forgets its targets.
+func (s *Stream) stopWaitLocked() {
+	if s.caught != nil {
+		close(s.caught)
+	}
+	s.want, s.behind, s.caught = nil, 0, nil
 }
 
 // Last returns the highest seq received in convID (its base if none).
@@ -284,16 +302,23 @@ func (s *Stream) Last(convID string) int64 {
 }
 
 // Caught reports whether every watched conversation with a target has reached it, and
-// returns a channel closed at the next message otherwise.
+// returns a channel closed once they all have otherwise. A stream serves one waiter: a new
+// call wakes the previous one (which then calls again).
 func (s *Stream) Caught(targets map[string]int64) (bool, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stopWaitLocked()
+	behind := 0
 	for id, r := range s.convs {
 		if t, ok := targets[id]; ok && r.Last < t {
-			return false, s.notify
+			behind++
 		}
 	}
-	return true, nil
+	if behind == 0 {
+		return true, nil
+	}
+	s.want, s.behind, s.caught = targets, behind, make(chan struct{})
+	return false, s.caught
 }
 
 // Convs returns the watched conversations.
