@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Events/AppendUnknownUser", testEventAppendUnknownUser},
 		{"Events/Read", testEventsRead},
 		{"Events/MessagePayload", testEventsMessagePayload},
+		{"Events/InterleavedMessages", testEventsInterleavedMessages},
 		{"Events/Cursors", testEventCursors},
 		{"Events/Prune", testEventPrune},
 		{"Update/ErrorLeavesNothing", testUpdateErrorLeavesNothing},
