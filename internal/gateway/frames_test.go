@@ -125,6 +125,9 @@ func TestEncodeEventPushGolden(t *testing.T) {
 		if got := pushOf(tt.ev); string(got) != tt.want {
 			t.Errorf("got  %s\nwant %s", got, tt.want)
 		}
+		if got := appendSyncEventPush([]byte("x"), &tt.ev); string(got) != "x"+tt.want {
+			t.Errorf("appendSyncEventPush: got  %s\nwant x%s", got, tt.want)
+		}
 	}
 }
 

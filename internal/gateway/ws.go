@@ -100,7 +100,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	order := g.upgrades.Add(1) // before the upgrade answers, so before any later dial starts
-	ws, err := g.upgrader.Upgrade(w, r, nil)
+	bw := &batchWriter{ResponseWriter: w}
+	ws, err := g.upgrader.Upgrade(bw, r, nil)
 	if err != nil {
 		sub.Close()
 		g.wg.Done()
@@ -109,6 +110,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c := &wsConn{
 		g:          g,
 		ws:         ws,
+		conn:       bw.conn,
 		me:         me,
 		sess:       sess,
 		key:        deviceKey{me.UserID, me.DeviceID},
@@ -192,6 +194,7 @@ func (g *Gateway) unregister(c *wsConn) {
 type wsConn struct {
 	g     *Gateway
 	ws    *websocket.Conn
+	conn  *batchConn // under ws: the writer holds it back while it pushes a catch-up page
 	me    chat.Identity
 	order uint64       // upgrade order: of two connections of one device, the later one stays
 	sess  chat.Session // re-checked before every frame: a revoked or expired token stops acting
@@ -535,6 +538,12 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool
 // catch-up on a busy account does not overflow the hub buffer and disconnect the client;
 // it ends only once the log has caught up with the newest live event seen.
 func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
+	buf := pushBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledPush {
+			pushBuffers.Put(buf)
+		}
+	}()
 	var seen int64
 	for !c.closing() {
 		seen = max(seen, drain(sub))
@@ -543,21 +552,36 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			c.fail(err)
 			return false
 		}
-		for i := range resp.Events {
-			if resp.Events[i].Cursor <= *last {
-				continue
-			}
-			ev := hub.EventOf(&resp.Events[i]) // a body of its own: this user's log
-			if !c.subscribed(sub) || !c.push(&ev) {
-				return false
-			}
-			*last = ev.Cursor
+		if !c.pushPage(sub, resp.Events, last, buf) {
+			return false
 		}
 		if (!resp.HasMore || len(resp.Events) == 0) && *last >= seen {
 			return true
 		}
 	}
 	return false
+}
+
+// pushPage pushes the events of a catch-up page after *last, the frames held back and sent
+// together (batchConn), each built in buf.
+func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last *int64, buf *[]byte) bool {
+	c.conn.hold()
+	for i := range evs {
+		if evs[i].Cursor <= *last {
+			continue
+		}
+		*buf = appendSyncEventPush((*buf)[:0], &evs[i])
+		if !c.subscribed(sub) || !c.pushFrame(*buf) {
+			_ = c.conn.release()
+			return false
+		}
+		*last = evs[i].Cursor
+	}
+	if err := c.conn.release(); err != nil {
+		c.close(CloseTooSlow, "write failed", nil)
+		return false
+	}
+	return true
 }
 
 // subscribed reports whether the hub still serves sub; when it ended it (a revoke, an
@@ -595,9 +619,20 @@ var pushBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // not stay cached: a frame of a message at the 64 KiB content limit fits.
 const maxPooledPush = 128 << 10
 
-// push writes one event, after any replies already queued (so that a long catch-up does
-// not hold them back until the reply queue overflows).
+// push writes one event, after any replies already queued (see pushFrame).
 func (c *wsConn) push(ev *hub.Event) bool {
+	buf := pushBuffers.Get().(*[]byte)
+	*buf = appendEventPush((*buf)[:0], ev)
+	ok := c.pushFrame(*buf)
+	if cap(*buf) <= maxPooledPush {
+		pushBuffers.Put(buf)
+	}
+	return ok
+}
+
+// pushFrame writes the push frame of one event, after any replies already queued (so that
+// a long catch-up does not hold them back until the reply queue overflows).
+func (c *wsConn) pushFrame(frame []byte) bool {
 	var err error
 	for queued := true; queued && err == nil; {
 		select {
@@ -608,12 +643,7 @@ func (c *wsConn) push(ev *hub.Event) bool {
 		}
 	}
 	if err == nil {
-		buf := pushBuffers.Get().(*[]byte)
-		*buf = appendEventPush((*buf)[:0], ev)
-		err = c.write(*buf) // gorilla has copied or sent the frame when it returns
-		if cap(*buf) <= maxPooledPush {
-			pushBuffers.Put(buf)
-		}
+		err = c.write(frame) // gorilla has copied or sent the frame when it returns
 	}
 	if err != nil || c.closing() {
 		c.close(CloseTooSlow, "write failed", nil)
