@@ -19,6 +19,9 @@ fuzz:
 	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
 	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeSendRequest -fuzztime $(FUZZTIME)
 	go test ./internal/chat -run '^$$' -fuzz FuzzDecodePageKey -fuzztime $(FUZZTIME)
+	go test ./internal/chat -run '^$$' -fuzz FuzzAppendMessageJSON -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzDecodeMessage -fuzztime $(FUZZTIME)
+	go test ./client -run '^$$' -fuzz FuzzDecodePush -fuzztime $(FUZZTIME)
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...
