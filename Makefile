@@ -24,6 +24,7 @@ fuzz:
 	go test ./protocol -run '^$$' -fuzz FuzzReadAck -fuzztime $(FUZZTIME)
 	go test ./protocol -run '^$$' -fuzz FuzzIsValue -fuzztime $(FUZZTIME)
 	go test ./protocol -run '^$$' -fuzz FuzzAppendSendRequest -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzAppendString -fuzztime $(FUZZTIME)
 	go test ./internal/chat -run '^$$' -fuzz FuzzAppendMessageJSON -fuzztime $(FUZZTIME)
 
 bench:

@@ -6,39 +6,41 @@ import (
 	"strconv"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // appendMessageJSON appends json.Marshal(wireMessage(*m)) to dst without reflection: a
 // catch-up encodes thousands of messages, and the reflective encoder (and the decode of
 // Extra into a map and back) was most of its encoding time. The output is byte for byte
-// the reflective one's; whatever the fast path does not cover exactly (strings to escape,
-// content with characters that encoding/json escapes for HTML) goes through json.Marshal.
+// the reflective one's: strings are quoted as json.Marshal quotes them
+// (protocol.AppendString), and whatever else the fast path does not cover exactly (content
+// or extra with characters that encoding/json escapes) goes through json.Marshal.
 // ok is false when json.Marshal would fail (stored content that is not JSON); dst is then
 // returned unchanged.
 func appendMessageJSON(dst []byte, m *store.Message) (out []byte, ok bool) {
 	start := len(dst)
 	dst = append(dst, `{"conv_id":`...)
-	dst, ok = appendJSONString(dst, m.ConvID)
+	dst = protocol.AppendString(dst, m.ConvID)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendInt(dst, m.Seq, 10)
 	dst = append(dst, `,"msg_id":`...)
-	dst, ok1 := appendJSONString(dst, m.MsgID)
+	dst = protocol.AppendString(dst, m.MsgID)
 	dst = append(dst, `,"client_msg_id":`...)
-	dst, ok2 := appendJSONString(dst, m.ClientMsgID)
+	dst = protocol.AppendString(dst, m.ClientMsgID)
 	dst = append(dst, `,"sender_id":`...)
-	dst, ok3 := appendJSONString(dst, m.SenderID)
+	dst = protocol.AppendString(dst, m.SenderID)
 	dst = append(dst, `,"content_type":`...)
 	dst = strconv.AppendInt(dst, int64(m.ContentType), 10)
 	dst = append(dst, `,"content":`...)
-	dst, ok4 := appendRawJSON(dst, m.Content)
+	dst, contentOK := appendRawJSON(dst, m.Content)
 	dst = append(dst, `,"extra":`...)
-	dst, ok5 := appendExtraJSON(dst, m.Extra)
+	dst, extraOK := appendExtraJSON(dst, m.Extra)
 	dst = append(dst, `,"created_at":`...)
 	dst = strconv.AppendInt(dst, m.CreatedAt, 10)
 	dst = append(dst, `,"recalled":`...)
 	dst = strconv.AppendBool(dst, m.Recalled)
 	dst = append(dst, '}')
-	if ok && ok1 && ok2 && ok3 && ok4 && ok5 {
+	if contentOK && extraOK {
 		return dst, true
 	}
 	b, err := json.Marshal(wireMessage(*m))
@@ -46,19 +48,6 @@ func appendMessageJSON(dst []byte, m *store.Message) (out []byte, ok bool) {
 		return dst[:start], false
 	}
 	return append(dst[:start], b...), true
-}
-
-// appendJSONString appends s quoted as json.Marshal quotes it when no character of s needs
-// escaping (ids do not); otherwise it appends nothing and returns false.
-func appendJSONString(dst []byte, s string) ([]byte, bool) {
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return dst, false
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"'), true
 }
 
 // appendRawJSON appends raw as json.Marshal encodes a json.RawMessage: null when empty,

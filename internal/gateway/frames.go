@@ -86,9 +86,9 @@ func encodeEventTail(b *hub.Body) []byte {
 // appendEventTail appends what follows the cursor in the push frame of an event.
 func appendEventTail(dst []byte, typ, convID string, ts int64, data []byte) []byte {
 	dst = append(dst, `,"type":`...)
-	dst = appendJSONString(dst, typ)
+	dst = protocol.AppendString(dst, typ)
 	dst = append(dst, `,"conv_id":`...)
-	dst = appendJSONString(dst, convID)
+	dst = protocol.AppendString(dst, convID)
 	dst = append(dst, `,"ts":`...)
 	dst = strconv.AppendInt(dst, ts, 10)
 	dst = append(dst, `,"data":`...)
@@ -140,21 +140,6 @@ func appendSyncEventPush(dst []byte, ev *protocol.SyncEvent) []byte {
 	dst = append(dst, eventHead...)
 	dst = strconv.AppendInt(dst, ev.Cursor, 10)
 	return appendEventTail(dst, ev.Type, ev.ConvID, ev.TS, ev.Data)
-}
-
-// appendJSONString appends s as json.Marshal encodes it. Event types and conversation ids
-// need no escaping, so they are copied as they are; anything else goes through json.Marshal
-// (which escapes <, > and &, and replaces invalid UTF-8).
-func appendJSONString(dst []byte, s string) []byte {
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string always marshals
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 // encodeErrorPush returns {"op":"error","code":code,"error":msg}, sent before a close.

@@ -229,19 +229,6 @@ func BenchmarkEncodeGroupPush(b *testing.B) {
 	}
 }
 
-// FuzzAppendJSONString holds the event encoder's string quoting to json.Marshal's bytes.
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "message", "g_vqtax", "<&>", "a\"b\\c", "\x00\x1f\x7f", "é\u2028\u2029", "\xff\xc3("} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, _ := json.Marshal(s)
-		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
-			t.Fatalf("%q: got %s, want x%s", s, got, want)
-		}
-	})
-}
-
 // TestAppendSyncResponse holds the GET /v1/sync body to json.Marshal's, for data the server
 // encodes (json.Marshal output: compact, HTML characters escaped).
 func TestAppendSyncResponse(t *testing.T) {
