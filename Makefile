@@ -1,5 +1,5 @@
 # Developer shortcuts; each target is one plain go command, so nothing here is required.
-.PHONY: build run test race vet fuzz bench bench-send ci
+.PHONY: build run test race vet fuzz bench bench-send bench-sync ci
 
 build:
 	go build -o bin/parley ./cmd/parley
@@ -24,6 +24,8 @@ fuzz:
 	go test ./protocol -run '^$$' -fuzz FuzzReadAck -fuzztime $(FUZZTIME)
 	go test ./protocol -run '^$$' -fuzz FuzzIsValue -fuzztime $(FUZZTIME)
 	go test ./protocol -run '^$$' -fuzz FuzzAppendSendRequest -fuzztime $(FUZZTIME)
+	go test ./protocol -run '^$$' -fuzz FuzzAppendString -fuzztime $(FUZZTIME)
+	go test ./internal/chat -run '^$$' -fuzz FuzzAppendMessageJSON -fuzztime $(FUZZTIME)
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...
@@ -33,6 +35,11 @@ bench:
 bench-send:
 	go test -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/pebble/
 	go test -run '^$$' -bench Send -benchtime 3s -count 3 ./internal/store/sqlite/
+
+# A reconnecting device's catch-up read (chat.Service.Sync over 10,000 events) on each engine.
+bench-sync:
+	go test -run '^$$' -bench Sync -count 3 ./internal/store/sqlite/
+	go test -run '^$$' -bench Sync -count 3 ./internal/store/pebble/
 
 ci:
 	bash .ci/run

@@ -151,11 +151,6 @@ type Options struct {
 	IdleTimeout time.Duration
 }
 
-// eventQueueLen bounds the pushes waiting for OnEvent. When it is full the reader drops
-// pushes instead of blocking (which would also hold up send replies): the dispatcher fetches
-// whatever was dropped over HTTP, since the cursor makes every event re-fetchable.
-const eventQueueLen = 1024
-
 // Client talks to one Parley server as one device. All methods are safe for concurrent use.
 type Client struct {
 	opts   Options
@@ -172,8 +167,8 @@ type Client struct {
 	cursor     atomic.Int64 // last cursor delivered; written only with deliverMu held
 	haveCursor bool         // cursor is a real resume point (given, or from a snapshot)
 
-	events   chan SyncEvent // pushes from the reader to the dispatcher
-	overflow atomic.Bool    // the reader dropped a push because events was full
+	events   *pushQueue  // pushes from the reader to the dispatcher
+	overflow atomic.Bool // the reader dropped a push because events was full
 
 	delivered deliveredQueue
 
@@ -206,7 +201,7 @@ func New(opts Options) *Client {
 		dialer:     newDialer(opts.HTTPClient, opts.RequestTimeout),
 		wsURL:      wsURL(base) + "/v1/ws",
 		haveCursor: opts.Cursor > 0,
-		events:     make(chan SyncEvent, eventQueueLen),
+		events:     newPushQueue(),
 	}
 	c.cursor.Store(opts.Cursor)
 	c.delivered.init()

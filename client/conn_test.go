@@ -63,11 +63,12 @@ func BenchmarkReplyFrame(b *testing.B) {
 func BenchmarkPushFrame(b *testing.B) {
 	cn := bareConn()
 	data := []byte(benchPush)
+	var batch []SyncEvent
 	b.ReportAllocs()
 	for b.Loop() {
 		cn.handle(data)
-		if ev := <-cn.c.events; ev.Cursor != 2 {
-			b.Fatal(ev)
+		if batch, _ = cn.c.events.take(batch); len(batch) != 1 || batch[0].Cursor != 2 {
+			b.Fatal(batch)
 		}
 	}
 }

@@ -293,20 +293,26 @@ func TestAutoDeliveredReportsHighestSeqOfOthers(t *testing.T) {
 
 func TestSessionFetchesPushesDroppedOnOverflow(t *testing.T) {
 	f := newFake(t)
-	const last = 10 + eventQueueLen + 76
-	f.setLog(last)
+	// More events than the queue holds: each takes at least as many bytes as the first.
+	n := 10 + maxQueuedBytes/eventSize(ptr(msgEvent(1, "c1", 1, "bob"))) + 100
+	f.setLog(n)
 	// Room for every event: Connect waits for the delivery lock, which the dispatcher may
 	// hold until it has handed over all of them (a smaller buffer deadlocked, now and then).
-	evs := make(chan SyncEvent, last)
+	evs := make(chan SyncEvent, n)
 	onEvent := func(ev SyncEvent) { evs <- ev }
 	c := f.client(t, Options{OnEvent: onEvent, Cursor: 10})
-	// Fill the queue before the dispatcher runs: the last 76 pushes do not fit.
-	for cur := int64(11); cur <= last; cur++ {
+	// Fill the queue before the dispatcher runs: the push at cursor full is the first that
+	// does not fit, and the 75 after it do not either.
+	full := int64(11)
+	for ; !c.overflow.Load(); full++ {
+		c.enqueue(f.event(full))
+	}
+	full--
+	last := full + 75
+	for cur := full + 1; cur <= last; cur++ {
 		c.enqueue(f.event(cur))
 	}
-	if !c.overflow.Load() {
-		t.Fatal("queue did not overflow")
-	}
+	f.setLog(int(last))
 	if err := c.Connect(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -315,10 +321,12 @@ func TestSessionFetchesPushesDroppedOnOverflow(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if want := []int64{10 + eventQueueLen}; !slices.Equal(f.syncCursors, want) {
+	if want := []int64{full - 1}; !slices.Equal(f.syncCursors, want) {
 		t.Errorf("sync requests from cursors %v, want %v", f.syncCursors, want)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestSessionReconnectsWhenGapCannotBeFilled(t *testing.T) {
 	f := newFake(t)

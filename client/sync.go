@@ -21,26 +21,31 @@ var errSyncStalled = errors.New("parley: sync returned no events for a known gap
 // enqueue hands a push to the dispatcher without ever blocking the reader, which must keep
 // routing replies. A push that does not fit is dropped and fetched again later (see dispatch).
 func (c *Client) enqueue(ev SyncEvent) {
-	select {
-	case c.events <- ev:
-	default:
+	if !c.events.put(ev) {
 		c.overflow.Store(true)
 	}
 }
 
-// dispatch delivers queued pushes until ctx ends. A fatal error (the token no longer works)
-// ends the session through fatal.
+// dispatch delivers queued pushes until ctx ends, a batch (whatever the reader queued
+// meanwhile) at a time. A fatal error (the token no longer works) ends the session through
+// fatal.
 func (c *Client) dispatch(ctx context.Context, fatal context.CancelCauseFunc) {
+	var batch []SyncEvent
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ev := <-c.events:
-			c.handleErr(ctx, c.deliver(ctx, ev), fatal)
+		case <-c.events.ready:
+		}
+		var mark uint64
+		batch, mark = c.events.take(batch)
+		// A drop (a new snapshot, a reconnect) discards the rest of the batch with the queue.
+		for i := 0; i < len(batch) && ctx.Err() == nil && !c.events.dropped(mark); i++ {
+			c.handleErr(ctx, c.deliver(ctx, batch[i]), fatal)
 		}
 		// A push dropped while the queue was full is followed by at least a full queue of
 		// others, so checking once it drains is enough to never leave the tail undelivered.
-		if len(c.events) == 0 && c.overflow.Swap(false) {
+		if c.events.empty() && c.overflow.Swap(false) {
 			c.handleErr(ctx, c.catchUp(ctx), fatal)
 		}
 	}
@@ -176,13 +181,7 @@ func (c *Client) emitLocked(ev SyncEvent) {
 	}
 }
 
-// drainQueue discards queued pushes.
+// drainQueue discards queued pushes, and those the dispatcher has taken but not delivered.
 func (c *Client) drainQueue() {
-	for {
-		select {
-		case <-c.events:
-		default:
-			return
-		}
-	}
+	c.events.drop()
 }

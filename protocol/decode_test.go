@@ -45,6 +45,9 @@ var pushSeeds = []string{
 	`{"op":"event","event":{"cursor":1,"type":"t","conv_id":"c","ts":0,"data":{"a":}}}`,
 	`{"op":"event","event":{"cursor":1,"type":"t","conv_id":"c","ts":0,"data":}}`,
 	`{"id":"r1","code":0}`,
+	`{"op":"error","code":409,"error":"conflict"}`,
+	`{"op":"event","event":{"cursor":1,"type":"re\u0061d","conv_id":"d","ts":1,"data":{}}}`,
+	`{"op":"event","event":{"cursor":-0,"type":"é","conv_id":"","ts":0,"data":"x\"}}"}}`,
 }
 
 // messageSeeds are message event data in and out of the server's layout.
@@ -58,6 +61,8 @@ var messageSeeds = []string{
 	`{"conv_id":"c","seq":1,"msg_id":"m","client_msg_id":"k","sender_id":"a","content_type":1,"content":1,"extra":null,"created_at":1e3,"recalled":false}`,
 	`{"conv_id":"c","seq":1,"msg_id":"m","client_msg_id":"k","sender_id":"a","content_type":1,"content":1,"extra":null,"created_at":1,"recalled":false} `,
 	`{"conv_id":"c","seq":1,"msg_id":"m","client_msg_id":"k","sender_id":"a","content_type":1,"content":1,"extra":null,"created_at":1,"recalled":false,"seq":2}`,
+	`{"conv_id":"d_1","seq":-7,"msg_id":"","client_msg_id":"é","sender_id":"a","content_type":0,"content":null,"extra":{"k":"v","x":""},"created_at":0,"recalled":true}`,
+	`{"conv_id":"d","seq":1,"msg_id":"m","client_msg_id":"c","sender_id":"s","content_type":1,"content":"a\"b\\","extra":{},"created_at":1,"recalled":false}`,
 }
 
 func TestReadEventPushReadsTheServersLayout(t *testing.T) {
@@ -102,6 +107,57 @@ func TestReadAckReadsTheServersLayout(t *testing.T) {
 	}
 	for _, frame := range ackSeeds {
 		checkAck(t, []byte(frame))
+	}
+}
+
+// TestReadMessageTakesOnlyTheServersLayout says which message data readMessage reads itself
+// (fast) and which it leaves to encoding/json; either way, Message gives what encoding/json
+// gives.
+func TestReadMessageTakesOnlyTheServersLayout(t *testing.T) {
+	marshal := func(m Message) []byte {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	base := Message{ConvID: "d_1", Seq: 7, MsgID: "m_1", ClientMsgID: "c-1", SenderID: "alice",
+		ContentType: 1, Content: json.RawMessage(`{"text":"hi"}`), CreatedAt: 1795999222115}
+	with := func(edit func(m *Message)) []byte {
+		m := base
+		edit(&m)
+		return marshal(m)
+	}
+	const head = `{"conv_id":"d","seq":1,"msg_id":"m","client_msg_id":"c","sender_id":"s","content_type":1,`
+	tests := []struct {
+		name string
+		data []byte
+		fast bool
+	}{
+		{"server layout", marshal(base), true},
+		{"recalled", with(func(m *Message) { m.Content, m.Recalled = nil, true }), true},
+		{"content a nested value", with(func(m *Message) { m.Content = json.RawMessage(`[1,{"a":"}]\""},null]`) }), true},
+		{"content a number", with(func(m *Message) { m.Content = json.RawMessage(`-1.5e3`) }), true},
+		{"html in content", with(func(m *Message) { m.Content = json.RawMessage(`"<b>"`) }), true},
+		{"duplicate names in content", []byte(head + `"content":{"a":1,"a":2},"extra":null,"created_at":1,"recalled":false}`), true},
+		{"extra", with(func(m *Message) { m.Extra = map[string]string{"a": "é", "b": ""} }), false},
+		{"empty extra", with(func(m *Message) { m.Extra = map[string]string{} }), false},
+		{"escaped id", with(func(m *Message) { m.ClientMsgID = "a\"b" }), false},
+		{"white space", []byte(`{"conv_id": "d_1","seq":1}`), false},
+		{"other order", []byte(`{"seq":1,"conv_id":"d_1"}`), false},
+		{"invalid utf-8 in an id", []byte("{\"conv_id\":\"d\xff\",\"seq\":1,\"msg_id\":\"m\",\"client_msg_id\":\"c\",\"sender_id\":\"s\",\"content_type\":1,\"content\":1,\"extra\":null,\"created_at\":1,\"recalled\":false}"), false},
+		{"leading zero", []byte(`{"conv_id":"d","seq":01,"msg_id":"m","client_msg_id":"c","sender_id":"s","content_type":1,"content":1,"extra":null,"created_at":1,"recalled":false}`), false},
+		{"seq a float", []byte(`{"conv_id":"d","seq":1.0,"msg_id":"m","client_msg_id":"c","sender_id":"s","content_type":1,"content":1,"extra":null,"created_at":1,"recalled":false}`), false},
+		{"truncated", marshal(base)[:40], false},
+		{"trailing data", append(marshal(base), ' '), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, fast := readMessage(tc.data); fast != tc.fast {
+				t.Errorf("read without encoding/json: %v, want %v", fast, tc.fast)
+			}
+			checkMessage(t, tc.data)
+		})
 	}
 }
 
@@ -198,14 +254,26 @@ func BenchmarkReadEventPush(b *testing.B) {
 	}
 }
 
+// BenchmarkMessage compares Message, which reads the server's layout itself, with
+// encoding/json on the same data.
 func BenchmarkMessage(b *testing.B) {
 	ev := SyncEvent{Cursor: 2, Type: EventMessage, ConvID: "d_y5zvysbda7fsb4r2wrxjgu6cte", Data: json.RawMessage(messageData)}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ev.Message(); err != nil {
-			b.Fatal(err)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ev.Message(); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := eventData[Message](ev, EventMessage); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // valueSeeds are JSON values and near misses, without white space around them.

@@ -14,9 +14,9 @@ import (
 // may be nil or {} for an op without any.
 func AppendFrame(dst []byte, id, op string, params []byte) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = appendString(dst, id)
+	dst = AppendString(dst, id)
 	dst = append(dst, `,"op":`...)
-	dst = appendString(dst, op)
+	dst = AppendString(dst, op)
 	if len(params) <= 2 { // nil or {}
 		return append(dst, '}')
 	}
@@ -29,9 +29,9 @@ func AppendFrame(dst []byte, id, op string, params []byte) []byte {
 // Content must be valid JSON; nil is written as null.
 func AppendSendRequest(dst []byte, req *SendRequest) []byte {
 	dst = append(dst, `{"conv_id":`...)
-	dst = appendString(dst, req.ConvID)
+	dst = AppendString(dst, req.ConvID)
 	dst = append(dst, `,"client_msg_id":`...)
-	dst = appendString(dst, req.ClientMsgID)
+	dst = AppendString(dst, req.ClientMsgID)
 	dst = append(dst, `,"content_type":`...)
 	dst = strconv.AppendInt(dst, int64(req.ContentType), 10)
 	dst = append(dst, `,"content":`...)
@@ -48,10 +48,11 @@ func AppendSendRequest(dst []byte, req *SendRequest) []byte {
 	return append(dst, '}')
 }
 
-// appendString appends s as json.Marshal encodes it. Identifiers need no escaping and are
-// copied as they are; anything else goes through json.Marshal (which escapes <, > and &,
-// and replaces invalid UTF-8).
-func appendString(dst []byte, s string) []byte {
+// AppendString appends s as json.Marshal encodes it. Identifiers and event types need no
+// escaping and are copied as they are; anything else goes through json.Marshal (which
+// escapes <, > and &, and replaces invalid UTF-8). The SDK's frames, the server's pushes and
+// its message payloads all quote their strings with it.
+func AppendString(dst []byte, s string) []byte {
 	for i := range len(s) {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			b, _ := json.Marshal(s) // a string always marshals

@@ -89,3 +89,17 @@ func FuzzAppendSendRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAppendString holds the string quoting of every hand-written encoder (the SDK's frames,
+// the server's pushes and message payloads) to json.Marshal's bytes.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "message", "g_vqtax", "<&>", "a\"b\\c", "\x00\x1f\x7f", "é\u2028\u2029", "\xff\xc3("} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Fatalf("%q: got %s, want x%s", s, got, want)
+		}
+	})
+}

@@ -169,7 +169,14 @@ type Stream struct {
 	resets int
 	convs  map[string]*RecvSummary // watched conversations
 	reads  map[posKey]int64        // (conv, user) -> highest read_seq seen in events
-	notify chan struct{}           // made by Caught for a waiter, closed at the next message
+
+	// The targets of the one Caught waiter, if any: how many watched conversations are still
+	// below theirs, and the channel closed once none is. Each message then costs the
+	// checker one lookup rather than a wake-up of the waiter and a scan of every
+	// conversation (a reconnect brings thousands of messages over hundreds of them).
+	want   map[string]int64
+	behind int
+	caught chan struct{}
 }
 
 type posKey struct{ conv, user string }
@@ -268,14 +275,24 @@ func (s *Stream) messageLocked(ev client.SyncEvent) (client.Message, bool) {
 	case m.Seq > r.Last+1:
 		s.v.Reportf(VSeqGap, s.device, m.ConvID, "seq %d after %d: %d messages missing", m.Seq, r.Last, m.Seq-r.Last-1)
 	}
+	prev := r.Last
 	r.Last = m.Seq
 	r.Count++
 	r.Digest ^= digest(m.Seq, m.MsgID)
-	if s.notify != nil {
-		close(s.notify)
-		s.notify = nil
+	if t, ok := s.want[m.ConvID]; ok && prev < t && r.Last >= t {
+		if s.behind--; s.behind == 0 {
+			s.stopWaitLocked()
+		}
 	}
 	return m, true
+}
+
+// stopWaitLocked wakes the Caught waiter, if any, and forgets its targets.
+func (s *Stream) stopWaitLocked() {
+	if s.caught != nil {
+		close(s.caught)
+	}
+	s.want, s.behind, s.caught = nil, 0, nil
 }
 
 // Last returns the highest seq received in convID (its base if none).
@@ -289,19 +306,23 @@ func (s *Stream) Last(convID string) int64 {
 }
 
 // Caught reports whether every watched conversation with a target has reached it, and
-// returns a channel closed at the next message otherwise.
+// returns a channel closed once they all have otherwise. A stream serves one waiter: a new
+// call wakes the previous one (which then calls again).
 func (s *Stream) Caught(targets map[string]int64) (bool, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stopWaitLocked()
+	behind := 0
 	for id, r := range s.convs {
 		if t, ok := targets[id]; ok && r.Last < t {
-			if s.notify == nil {
-				s.notify = make(chan struct{})
-			}
-			return false, s.notify
+			behind++
 		}
 	}
-	return true, nil
+	if behind == 0 {
+		return true, nil
+	}
+	s.want, s.behind, s.caught = targets, behind, make(chan struct{})
+	return false, s.caught
 }
 
 // Convs returns the watched conversations.

@@ -242,3 +242,46 @@ func TestDigestIsFNV1a(t *testing.T) {
 		}
 	}
 }
+
+func TestStreamCaught(t *testing.T) {
+	v := NewVerifier()
+	s := NewStream(v, "b", "b/d1")
+	s.Watch("c1", 0)
+	s.Watch("c2", 0)
+	s.Watch("c3", 5) // has a target it already holds
+	s.Resume(1)
+	targets := map[string]int64{"c1": 2, "c2": 1, "c3": 5}
+	ok, ch := s.Caught(targets)
+	if ok || ch == nil {
+		t.Fatalf("Caught before any message = %v, %v", ok, ch)
+	}
+	isClosed := func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	events := []client.SyncEvent{
+		msgEvent(t, 2, "c1", 1, "a"),
+		msgEvent(t, 3, "c2", 1, "a"), // c2 reached; c1 not yet
+		msgEvent(t, 4, "c9", 1, "a"), // not watched
+		msgEvent(t, 5, "c1", 2, "a"), // c1 reached: all are
+	}
+	for i, ev := range events {
+		if isClosed() {
+			t.Fatalf("woken before event %d", i)
+		}
+		s.Event(ev)
+	}
+	if !isClosed() {
+		t.Fatal("not woken once every target was reached")
+	}
+	if ok, _ := s.Caught(targets); !ok {
+		t.Error("Caught after every target = false")
+	}
+	if got := kinds(v); len(got) != 0 {
+		t.Errorf("violations %v", got)
+	}
+}

@@ -157,9 +157,7 @@ func (s *Service) events(ctx context.Context, userID string, cursor int64, limit
 		if resp.HasMore = len(evs) > limit; resp.HasMore {
 			evs = evs[:limit]
 		}
-		for _, e := range evs {
-			resp.Events = append(resp.Events, wireEvent(e))
-		}
+		resp.Events = wireEvents(evs)
 		if len(evs) > 0 {
 			resp.Cursor = evs[len(evs)-1].Cursor
 		}

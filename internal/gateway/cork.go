@@ -6,33 +6,52 @@ import (
 )
 
 // corkConn is the network connection under a WebSocket: while held, the frames written to it
-// collect in memory, and flush sends them with one write. The connection's writer holds it
-// while it writes every frame that is already waiting (a reply and the event of the same
-// send, or a burst of a busy group's events), so that they cost one system call instead of
-// one each. Unheld, a write goes straight through, as for any other connection.
+// (each whole, under gorilla's write lock) collect in memory, and flush sends them with one
+// write. The connection's writer holds it while it writes every frame that is already
+// waiting (a reply and the event of the same send, or a burst of a busy group's events), and
+// while it pushes a page of a catch-up, so that they cost one system call instead of one
+// each, and the client one read and wake-up. Unheld, a write goes straight through, as for
+// any other connection.
+//
+// Only the writer holds and flushes, and only around writes it is making, so that nothing
+// written meanwhile by another goroutine (gorilla's pong and close answers, from the reader)
+// waits longer than the writer takes to encode what it holds.
 type corkConn struct {
 	net.Conn
-	mu   sync.Mutex
+
+	mu   sync.Mutex // guards held and buf; taken by every Write
 	held bool
-	buf  []byte
+	buf  *[]byte // from corkBuffers while held frames wait; nil otherwise
 }
 
-// maxCorked bounds what a held connection collects: past it, the frames go out at once
-// (a catch-up writes megabytes).
+// maxCorked bounds what a held connection collects: a write that would take it further sends
+// what was collected first (a catch-up writes megabytes), so a page of small events goes out
+// in a few writes of a size a socket buffer takes at once.
 const maxCorked = 64 << 10
 
+// corkBuffers recycles the buffers frames collect in: a connection keeps none between
+// flushes, so the many idle ones hold no memory for it.
+var corkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, maxCorked); return &b }}
+
+// Write implements net.Conn: it writes p, or collects it while the connection is held.
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.held {
 		return c.Conn.Write(p)
 	}
-	c.buf = append(c.buf, p...)
-	if len(c.buf) >= maxCorked {
+	if c.buf != nil && len(*c.buf)+len(p) > maxCorked {
 		if err := c.flushLocked(); err != nil {
 			return 0, err
 		}
 	}
+	if len(p) > maxCorked {
+		return c.Conn.Write(p) // nothing is collected now: the order holds
+	}
+	if c.buf == nil {
+		c.buf = corkBuffers.Get().(*[]byte)
+	}
+	*c.buf = append(*c.buf, p...)
 	return len(p), nil
 }
 
@@ -43,7 +62,8 @@ func (c *corkConn) hold() {
 	c.mu.Unlock()
 }
 
-// flush sends what was collected and stops holding.
+// flush sends what was collected, under the write deadline of the last frame written
+// (gorilla sets it before each), and stops holding.
 func (c *corkConn) flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -51,15 +71,15 @@ func (c *corkConn) flush() error {
 	return c.flushLocked()
 }
 
+// flushLocked sends what was collected and gives the buffer back. Lock c.mu first.
 func (c *corkConn) flushLocked() error {
-	if len(c.buf) == 0 {
+	b := c.buf
+	if b == nil {
 		return nil
 	}
-	_, err := c.Conn.Write(c.buf)
-	if cap(c.buf) > maxCorked {
-		c.buf = nil // do not keep a large buffer for an idle connection
-	} else {
-		c.buf = c.buf[:0]
-	}
+	c.buf = nil
+	_, err := c.Conn.Write(*b)
+	*b = (*b)[:0]
+	corkBuffers.Put(b)
 	return err
 }

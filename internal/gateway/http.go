@@ -159,7 +159,13 @@ const writeChunk = 64 << 10
 
 // writeJSON sends v as a JSON body with status, under writeTimely's deadlines.
 func (g *Gateway) writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	var b []byte
+	var err error
+	if enc, ok := v.(encodedJSON); ok {
+		b = enc
+	} else {
+		b, err = json.Marshal(v)
+	}
 	if err != nil {
 		g.log.Error("gateway: encode response", "err", err)
 		status = http.StatusInternalServerError
@@ -566,8 +572,8 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 	}
 	resp, err := g.svc.Sync(ctx, me, cursor, int(min(limit, protocol.MaxSyncLimit)),
 		time.Duration(min(wait, protocol.MaxLongPollSecond))*time.Second)
-	if resp.Events == nil {
-		resp.Events = []protocol.SyncEvent{}
+	if err != nil {
+		return 0, nil, err
 	}
-	return http.StatusOK, resp, err
+	return http.StatusOK, encodedJSON(appendSyncResponse(nil, &resp)), nil
 }

@@ -486,7 +486,8 @@ func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
 	}
 }
 
-// hold makes the frames written until writeWaiting returns go out in one system call.
+// hold makes the frames written until the next flush (writeWaiting's, or pushPage's) go out
+// together, in one system call for every 64 KiB (corkConn).
 func (c *wsConn) hold() {
 	if c.cork != nil {
 		c.cork.hold()
@@ -512,6 +513,11 @@ func (c *wsConn) writeWaiting(sub *hub.Subscription, last *int64) error {
 		}
 		break
 	}
+	return c.flush()
+}
+
+// flush sends everything written since hold, and stops holding.
+func (c *wsConn) flush() error {
 	if c.cork != nil {
 		return c.cork.flush()
 	}
@@ -533,9 +539,7 @@ func (c *wsConn) write(b []byte) error {
 // answer (or for the reader to end), then closes the socket, which ends the reader.
 func (c *wsConn) finish() {
 	<-c.done
-	if c.cork != nil {
-		_ = c.cork.flush() // frames held when the writer stopped; an error shows below
-	}
+	_ = c.flush() // frames held when the writer stopped; an error shows below
 	deadline := time.Now().Add(closeGrace)
 	if c.lastFrame != nil {
 		_ = c.ws.SetWriteDeadline(deadline)
@@ -584,6 +588,12 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool
 // catch-up on a busy account does not overflow the hub buffer and disconnect the client;
 // it ends only once the log has caught up with the newest live event seen.
 func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
+	buf := pushBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledPush {
+			pushBuffers.Put(buf)
+		}
+	}()
 	var seen int64
 	for !c.closing() {
 		seen = max(seen, drain(sub))
@@ -592,21 +602,38 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			c.fail(err)
 			return false
 		}
-		for i := range resp.Events {
-			if resp.Events[i].Cursor <= *last {
-				continue
-			}
-			ev := hub.EventOf(&resp.Events[i]) // a body of its own: this user's log
-			if !c.subscribed(sub) || !c.push(&ev) {
-				return false
-			}
-			*last = ev.Cursor
+		if !c.pushPage(sub, resp.Events, last, buf) {
+			return false
 		}
 		if (!resp.HasMore || len(resp.Events) == 0) && *last >= seen {
 			return true
 		}
 	}
 	return false
+}
+
+// pushPage pushes the events of a catch-up page after *last, each frame built in buf, all of
+// them held back and sent together (corkConn). It flushes before it returns, so that the
+// client has the page while the next one is read from the store; a hold of the writer's
+// (deliver filling a gap from writeWaiting) ends there too.
+func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last *int64, buf *[]byte) bool {
+	c.hold()
+	for i := range evs {
+		if evs[i].Cursor <= *last {
+			continue
+		}
+		*buf = appendSyncEventPush((*buf)[:0], &evs[i])
+		if !c.subscribed(sub) || !c.pushFrame(*buf) {
+			_ = c.flush()
+			return false
+		}
+		*last = evs[i].Cursor
+	}
+	if err := c.flush(); err != nil {
+		c.close(CloseTooSlow, "write failed", nil)
+		return false
+	}
+	return true
 }
 
 // subscribed reports whether the hub still serves sub; when it ended it (a revoke, an
@@ -644,9 +671,20 @@ var pushBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // not stay cached: a frame of a message at the 64 KiB content limit fits.
 const maxPooledPush = 128 << 10
 
-// push writes one event, after any replies already queued (so that a long catch-up does
-// not hold them back until the reply queue overflows).
+// push writes one event, after any replies already queued (see pushFrame).
 func (c *wsConn) push(ev *hub.Event) bool {
+	buf := pushBuffers.Get().(*[]byte)
+	*buf = appendEventPush((*buf)[:0], ev)
+	ok := c.pushFrame(*buf)
+	if cap(*buf) <= maxPooledPush {
+		pushBuffers.Put(buf)
+	}
+	return ok
+}
+
+// pushFrame writes the push frame of one event, after any replies already queued (so that
+// a long catch-up does not hold them back until the reply queue overflows).
+func (c *wsConn) pushFrame(frame []byte) bool {
 	var err error
 	for queued := true; queued && err == nil; {
 		select {
@@ -657,12 +695,7 @@ func (c *wsConn) push(ev *hub.Event) bool {
 		}
 	}
 	if err == nil {
-		buf := pushBuffers.Get().(*[]byte)
-		*buf = appendEventPush((*buf)[:0], ev)
-		err = c.write(*buf) // gorilla has copied or sent the frame when it returns
-		if cap(*buf) <= maxPooledPush {
-			pushBuffers.Put(buf)
-		}
+		err = c.write(frame) // gorilla has copied or sent the frame when it returns
 	}
 	if err != nil || c.closing() {
 		c.close(CloseTooSlow, "write failed", nil)

@@ -1,7 +1,6 @@
 package pebble
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/parleychat/parley/internal/store"
-	"github.com/parleychat/parley/protocol"
 )
 
 // reader is what both an indexed batch (the writer) and a snapshot (a View) offer.
@@ -505,27 +503,6 @@ func (t *txn) message(convID string, seq int64) (store.Message, bool, error) {
 	return m, true, nil
 }
 
-// seekMessage reads the message (convID, seq) through it, an iterator over the message
-// table.
-func (t *txn) seekMessage(it *pebble.Iterator, convID string, seq int64) (store.Message, bool, error) {
-	t.key = messageKey(t.key[:0], convID, seq)
-	if !it.SeekGE(t.key) || !bytes.Equal(it.Key(), t.key) {
-		if err := it.Error(); err != nil {
-			return store.Message{}, false, fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err)
-		}
-		return store.Message{}, false, nil
-	}
-	v, err := it.ValueAndErr()
-	if err != nil {
-		return store.Message{}, false, fmt.Errorf("%w: pebble: read: %w", store.ErrUnavailable, err)
-	}
-	m, err := decodeMessage(v, convID, seq)
-	if err != nil {
-		return store.Message{}, false, corrupt(err, "message %q/%d", convID, seq)
-	}
-	return m, true, nil
-}
-
 // MessageByClientID implements store.MessageReader.
 func (r readTx) MessageByClientID(ctx context.Context, senderID, clientMsgID string) (store.Message, error) {
 	t := r.t
@@ -663,68 +640,6 @@ func (w writeTx) RecallMessage(ctx context.Context, convID string, seq int64) er
 	m.Content, m.Extra, m.Recalled = nil, nil, true
 	t.enc = encodeMessage(t.enc[:0], m)
 	return t.set(t.key, t.enc, t.val, true) // t.key and t.val are still the message's
-}
-
-// Events implements store.EventReader. A limit of zero or less selects nothing.
-func (r readTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
-	t := r.t
-	if err := t.check(ctx); err != nil {
-		return nil, err
-	}
-	from, ok := succ(after)
-	if limit <= 0 || !ok {
-		return nil, nil
-	}
-	prefix := appendStr([]byte{tEvent}, userID)
-	it, err := t.iter(appendInt(slices.Clip(prefix), from), prefixEnd(prefix))
-	if err != nil {
-		return nil, err
-	}
-	// Message payloads are read through one iterator over the message table: successive
-	// events mostly reference increasing seqs of one conversation, which Pebble seeks to
-	// from the previous position, far cheaper than a Get (a fresh lookup) per event.
-	var msgs *pebble.Iterator
-	defer func() {
-		if msgs != nil {
-			_ = msgs.Close()
-		}
-	}()
-	var es []store.Event
-	for valid := it.First(); valid && len(es) < limit; valid = it.Next() {
-		cursor, _, err := readInt(it.Key()[len(prefix):])
-		var v []byte
-		if err == nil {
-			v, err = it.ValueAndErr()
-		}
-		var e store.Event
-		if err == nil {
-			e, err = decodeEvent(v, userID, cursor)
-		}
-		if err != nil {
-			return nil, errors.Join(corrupt(err, "events of user %q", userID), it.Close())
-		}
-		if e.Type == protocol.EventMessage {
-			// The payload is the message itself, stored once per conversation; a
-			// reference to a missing message leaves Message nil.
-			if msgs == nil {
-				if msgs, err = t.iter([]byte{tMessage}, []byte{tMessage + 1}); err != nil {
-					return nil, errors.Join(err, it.Close())
-				}
-			}
-			m, found, err := t.seekMessage(msgs, e.ConvID, e.Seq)
-			if err != nil {
-				return nil, errors.Join(err, it.Close())
-			}
-			if found {
-				e.Message = &m
-			}
-		}
-		es = append(es, e)
-	}
-	if err := closeIter(it); err != nil {
-		return nil, err
-	}
-	return es, nil
 }
 
 // Cursors implements store.EventReader.

@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	"github.com/parleychat/parley/internal/store"
-	"github.com/parleychat/parley/protocol"
 )
 
 // runner executes prepared statements inside one transaction. The read side runs them on
@@ -214,22 +213,6 @@ func (t writeTx) RecallMessage(ctx context.Context, convID string, seq int64) er
 	return t.expectOne(res, err, "recall message %q/%d", convID, seq)
 }
 
-// Events implements store.EventReader. A limit of zero or less selects nothing.
-func (t readTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
-	rows, err := t.q.query(ctx, stEvents, protocol.EventMessage, userID, after, max(limit, 0))
-	if err != nil {
-		return nil, t.q.fail(err, "events of user %q", userID)
-	}
-	es, err := collect(rows, scanEvent)
-	if err != nil {
-		return nil, t.q.fail(err, "events of user %q", userID)
-	}
-	for i := range es {
-		es[i].UserID = userID
-	}
-	return es, nil
-}
-
 // Cursors implements store.EventReader.
 func (t readTx) Cursors(ctx context.Context, userID string) (store.CursorBounds, error) {
 	var b store.CursorBounds
@@ -382,25 +365,4 @@ func scanMessage(r rowScanner) (store.Message, error) {
 	err := r.Scan(&m.ConvID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderID, &m.ContentType,
 		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled)
 	return m, err
-}
-
-// scanEvent reads an events row and its LEFT JOINed message, whose columns are all NULL
-// unless the event references a stored message.
-func scanEvent(r rowScanner) (store.Event, error) {
-	var e store.Event
-	var msgID, clientMsgID, senderID sql.NullString
-	var contentType, createdAt sql.NullInt64
-	var recalled sql.NullBool
-	var content, extra []byte
-	err := r.Scan(&e.Cursor, &e.Type, &e.ConvID, &e.TS, &e.Seq, &e.Data,
-		&msgID, &clientMsgID, &senderID, &contentType, &content, &extra, &createdAt, &recalled)
-	if err != nil || !msgID.Valid {
-		return e, err
-	}
-	e.Message = &store.Message{
-		ConvID: e.ConvID, Seq: e.Seq, MsgID: msgID.String, ClientMsgID: clientMsgID.String,
-		SenderID: senderID.String, ContentType: int(contentType.Int64), Content: content,
-		Extra: extra, CreatedAt: createdAt.Int64, Recalled: recalled.Bool,
-	}
-	return e, nil
 }

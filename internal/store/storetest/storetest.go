@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"Events/AppendUnknownUser", testEventAppendUnknownUser},
 		{"Events/Read", testEventsRead},
 		{"Events/MessagePayload", testEventsMessagePayload},
+		{"Events/InterleavedMessages", testEventsInterleavedMessages},
 		{"Events/Cursors", testEventCursors},
 		{"Events/Prune", testEventPrune},
 		{"Update/ErrorLeavesNothing", testUpdateErrorLeavesNothing},
