@@ -93,7 +93,7 @@ func statementSQL() [numStmts]string {
 			ordinal = excluded.ordinal, join_seq = excluded.join_seq,
 			cleared_seq = excluded.cleared_seq, read_seq = excluded.read_seq,
 			delivered_seq = excluded.delivered_seq, hidden = excluded.hidden`,
-		stDeleteMember:  `DELETE FROM members WHERE conv_id = ? AND user_id = ?`,
+		stDeleteMember: `DELETE FROM members WHERE conv_id = ? AND user_id = ?`,
 		stAdvancePositions: `UPDATE members SET read_seq = max(read_seq, ?1), delivered_seq = max(delivered_seq, ?2)
 			WHERE conv_id = ?3 AND user_id = ?4 AND (read_seq < ?1 OR delivered_seq < ?2)
 			RETURNING ` + memberCols,
