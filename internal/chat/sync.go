@@ -198,18 +198,14 @@ func (s *Service) RunRetention(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// PruneOnce removes every event older than the retention period, in bounded transactions.
+// PruneOnce removes every event older than the retention period, in bounded passes of the
+// store (store.Store.PruneEvents, which a backend may run beside its writer).
 func (s *Service) PruneOnce(ctx context.Context) error {
 	const batch = 5000
 	before := s.now().Add(-s.cfg.EventRetention).UnixMilli()
 	for {
-		var n int
-		err := s.update(ctx, "prune events", func(tx store.Tx, _ *outbox) error {
-			var err error
-			n, err = tx.PruneEvents(ctx, before, batch)
-			return err
-		})
-		if err != nil || n < batch {
+		n, err := s.st.PruneEvents(ctx, before, batch)
+		if err := s.wrote(ctx, "prune events", err); err != nil || n < batch {
 			return err
 		}
 	}

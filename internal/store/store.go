@@ -44,6 +44,14 @@ type Store interface {
 	Update(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction that sees one consistent snapshot.
 	View(ctx context.Context, fn func(tx ReadTx) error) error
+	// PruneEvents is the retention pass: it removes up to limit events with TS < before,
+	// oldest first (a backend may order by a coarser time, such as the hour), raising each
+	// affected user's Pruned bound to the highest cursor removed, so that every cursor at or
+	// below Pruned is gone, and returns how many it removed. It touches only events no
+	// append can write again, so a backend may run it beside its writer rather than as one
+	// of its Updates: retention must not hold up sends. Its removals need not be durable
+	// when it returns (a crash may bring some back, to be removed again).
+	PruneEvents(ctx context.Context, before int64, limit int) (int, error)
 	// AppendMessage is the write path of a message, the one call a send makes: the store,
 	// not its caller, assigns the message's seq and each member's event cursor, atomically,
 	// as a log assigns its sequence numbers. See Appended for what it does and returns.
@@ -254,8 +262,4 @@ type EventWriter interface {
 	// AppendEvent assigns e the user's next cursor (last + 1, gapless), stores it, and
 	// returns the cursor. ErrNotFound if e.UserID is not a user.
 	AppendEvent(ctx context.Context, e Event) (int64, error)
-	// PruneEvents removes up to limit events with TS < before, oldest first, raising each
-	// affected user's Pruned bound to the highest cursor removed. It returns how many it
-	// removed.
-	PruneEvents(ctx context.Context, before int64, limit int) (int, error)
 }

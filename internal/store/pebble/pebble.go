@@ -165,6 +165,8 @@ type Store struct {
 	// failed is set once a commit failed: Pebble's commit pipeline is then unusable.
 	failed atomic.Pointer[error]
 
+	pruneMu sync.Mutex // one retention pass at a time
+
 	// rs guards cur, the snapshot of the last durable commit, which Views read.
 	rs  sync.Mutex
 	cur *readState
@@ -339,6 +341,46 @@ func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error 
 	t := &txn{r: r.snap}
 	defer t.ended.Store(true)
 	return fn(readTx{t})
+}
+
+// PruneEvents implements store.Store beside the writer, on a batch of its own: it deletes
+// only events older than the bound, which no append writes again, raises Pruned in the same
+// batch, and removes hour hints of hours past the bound. The writer's hot state holds
+// neither (a user's last cursor does not change when old events go), and the writer reads a
+// user's cursors in an order that a retention batch landing between its reads cannot fool
+// (txn.cursors). The batch is committed without an fsync of its own: the next synced commit
+// takes it to disk, and a crash before that only brings old events back for the next pass.
+func (s *Store) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+	if err := s.failedErr(); err != nil {
+		return 0, err
+	}
+	if !s.enter() {
+		return 0, unavailable("prune events")
+	}
+	defer s.views.Done()
+	s.pruneMu.Lock()
+	defer s.pruneMu.Unlock()
+	b := s.db.NewIndexedBatch()
+	t := &txn{r: b, b: b, undo: &undoLog{}}
+	n, err := writeTx{readTx{t}}.pruneEvents(ctx, before, limit)
+	t.ended.Store(true)
+	if err != nil || b.Empty() {
+		_ = b.Close()
+		return 0, err
+	}
+	if err := commitBatch(b, pebble.NoSync); err != nil {
+		s.failed.Store(&err) // Pebble's commit pipeline is unusable after a failed commit
+		return 0, err
+	}
+	_ = b.Close()
+	// Views read the snapshot the writer publishes after a commit, which it alone may take
+	// (a snapshot taken here could hold a batch of the writer's that is not yet synced):
+	// have the writer publish one that holds these removals before returning.
+	err = s.Update(ctx, func(store.Tx) error {
+		s.w.republish = true
+		return nil
+	})
+	return n, err
 }
 
 // enter registers a reader of the database, which Close waits for; false once closed.

@@ -223,11 +223,7 @@ func TestPruneLayoutOneEvents(t *testing.T) {
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	var removed int
-	if err := s.Update(ctx, func(tx store.Tx) (err error) {
-		removed, err = tx.PruneEvents(ctx, 15, 100)
-		return err
-	}); err != nil || removed != 1 {
+	if removed, err := s.PruneEvents(ctx, 15, 100); err != nil || removed != 1 {
 		t.Fatalf("PruneEvents = %d, %v; want 1 removed", removed, err)
 	}
 	var cursor int64

@@ -657,7 +657,28 @@ func (r readTx) Cursors(ctx context.Context, userID string) (store.CursorBounds,
 
 // cursors returns the user's log bounds (keys.go): Last is the highest of the stored Last,
 // the Pruned bound and the newest event's cursor. found is false for an unknown user.
+//
+// The newest event is read before the bounds key: the writer's batch reads the live
+// database, not a snapshot, and a retention pass beside it (Store.PruneEvents) may remove
+// that event and raise Pruned over it in one batch between the two reads; in this order
+// either read sees the cursor. t.val holds the bounds key's value on return.
 func (t *txn) cursors(user string) (b store.CursorBounds, found bool, err error) {
+	prefix := appendStr([]byte{tEvent}, user)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return b, false, err
+	}
+	var newest int64
+	if it.Last() {
+		c, _, err := readInt(it.Key()[len(prefix):])
+		if err != nil {
+			return b, false, errors.Join(corrupt(err, "events of user %q", user), it.Close())
+		}
+		newest = c
+	}
+	if err := closeIter(it); err != nil {
+		return b, false, err
+	}
 	t.key = boundsKey(t.key[:0], user)
 	v, found, err := t.get(t.key)
 	if err != nil || !found {
@@ -666,22 +687,7 @@ func (t *txn) cursors(user string) (b store.CursorBounds, found bool, err error)
 	if b, err = decodeBounds(v); err != nil {
 		return b, false, corrupt(err, "cursors of user %q", user)
 	}
-	prefix := appendStr([]byte{tEvent}, user)
-	it, err := t.iter(prefix, prefixEnd(prefix))
-	if err != nil {
-		return b, false, err
-	}
-	if it.Last() {
-		c, _, err := readInt(it.Key()[len(prefix):])
-		if err != nil {
-			return b, false, errors.Join(corrupt(err, "events of user %q", user), it.Close())
-		}
-		b.Last = max(b.Last, c)
-	}
-	if err := closeIter(it); err != nil {
-		return b, false, err
-	}
-	b.Last = max(b.Last, b.Pruned)
+	b.Last = max(b.Last, b.Pruned, newest)
 	return b, true, nil
 }
 
@@ -718,12 +724,13 @@ func (w writeTx) AppendEvent(ctx context.Context, e store.Event) (int64, error) 
 	return cursor, nil
 }
 
-// PruneEvents implements store.EventWriter. It takes the hour hints (keys.go) of hours
+// pruneEvents is store.Store.PruneEvents on t's batch (see Store.PruneEvents). It takes
+// the hour hints (keys.go) of hours
 // that begin before the bound, oldest first, and for each one removes the user's oldest
 // events while their ts is before the bound: a prefix of the log, so that "every cursor
 // <= Pruned is gone" holds. Events of a database written by layout 1, indexed one by one,
 // go first (pruneIndexed).
-func (w writeTx) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+func (w writeTx) pruneEvents(ctx context.Context, before int64, limit int) (int, error) {
 	t := w.t
 	if err := t.check(ctx); err != nil {
 		return 0, err

@@ -33,6 +33,9 @@ type writer struct {
 	n      int           // requests run into b
 	start  time.Time     // when b was started
 	settle func()        // waits until no commit is in flight (groupcommit.Builder.Add)
+	// republish makes the batch being built publish a new snapshot even if it writes
+	// nothing: set by a request after a write that did not go through the writer.
+	republish bool
 
 	undo    undoLog // the undo log of the running request, reused
 	bufs    txnBufs // scratch buffers handed from one request's txn to the next
@@ -80,8 +83,8 @@ func (w *writer) Add(reqs []*groupcommit.Request, settle func()) ([]groupcommit.
 // batch (an undo that could not be applied) is not committed, and as the hot state may
 // then describe writes that will never be, the store refuses everything from then on.
 func (w *writer) Seal(broken error) func() error {
-	b, n, count, start := w.b, w.built, w.n, w.start
-	w.b = nil
+	b, n, count, start, republish := w.b, w.built, w.n, w.start, w.republish
+	w.b, w.republish = nil, false
 	w.hot.fresh.seal(n)
 	if broken != nil {
 		w.failed.Store(&broken)
@@ -93,12 +96,12 @@ func (w *writer) Seal(broken error) func() error {
 		_ = b.Close()
 		return func() error { return broken }
 	}
-	return func() error { return w.commit(b, n, count, start) }
+	return func() error { return w.commit(b, n, count, start, republish) }
 }
 
 // commit commits batch number n of count requests. It runs on the queue's commit
 // goroutine, one batch at a time.
-func (w *writer) commit(b *pebble.Batch, n int64, count int, start time.Time) error {
+func (w *writer) commit(b *pebble.Batch, n int64, count int, start time.Time, republish bool) error {
 	if p := w.failed.Load(); p != nil {
 		return *p
 	}
@@ -110,6 +113,8 @@ func (w *writer) commit(b *pebble.Batch, n int64, count int, start time.Time) er
 			w.failed.Store(&err)
 			return err
 		}
+	}
+	if !b.Empty() || republish {
 		w.publish()
 	}
 	_ = b.Close()
@@ -122,13 +127,17 @@ func (w *writer) commit(b *pebble.Batch, n int64, count int, start time.Time) er
 
 // apply commits b, turning Pebble's fatal commit error (our logger's Fatalf panics, see
 // quietLogger) or any other panic of the commit into an error wrapping ErrUnavailable.
-func (w *writer) apply(b *pebble.Batch) (err error) {
+func (w *writer) apply(b *pebble.Batch) error { return commitBatch(b, w.sync) }
+
+// commitBatch commits b with opts, turning a panic of the commit (see apply) into an error
+// wrapping ErrUnavailable.
+func commitBatch(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("%w: pebble: commit batch: %v", store.ErrUnavailable, v)
 		}
 	}()
-	if err := b.Commit(w.sync); err != nil {
+	if err := b.Commit(opts); err != nil {
 		return fmt.Errorf("%w: pebble: commit batch: %w", store.ErrUnavailable, err)
 	}
 	return nil

@@ -231,6 +231,22 @@ func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appen
 	return res, err
 }
 
+// PruneEvents implements store.Store as an Update: SQLite has one writer, which a
+// retention pass shares with the sends in bounded batches (chat prunes 5,000 at a time).
+func (s *Store) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+	var n int
+	err := s.Update(ctx, func(tx store.Tx) error {
+		w, ok := tx.(writeTx)
+		if !ok {
+			return fmt.Errorf("sqlite: PruneEvents got a %T", tx)
+		}
+		var err error
+		n, err = w.pruneEvents(ctx, before, limit)
+		return err
+	})
+	return n, err
+}
+
 // View implements store.Store. The read transaction is deferred: its snapshot is taken
 // at fn's first read and holds until fn returns; fn's error is returned unchanged.
 func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error {

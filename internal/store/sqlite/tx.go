@@ -234,11 +234,11 @@ func (t writeTx) AppendEvent(ctx context.Context, e store.Event) (int64, error) 
 	return cursor, nil
 }
 
-// PruneEvents implements store.EventWriter. After removing the oldest events it also
+// pruneEvents is store.Store.PruneEvents inside an Update. After removing the oldest events it also
 // removes any event of an affected user at or below the new Pruned bound that a clock step
 // backwards left with a later ts, so that "every cursor <= Pruned is gone" holds; such
 // stragglers count in the result and may take it past limit.
-func (t writeTx) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+func (t writeTx) pruneEvents(ctx context.Context, before int64, limit int) (int, error) {
 	highest, removed, err := t.pruneOldest(ctx, before, max(limit, 0))
 	if err != nil {
 		return 0, err

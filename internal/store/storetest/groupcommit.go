@@ -213,9 +213,6 @@ func testFailedUpdateUndoneAlone(t *testing.T, h Harness) {
 					return err
 				}
 			}
-			if n, err := tx.PruneEvents(ctx, 15, 10); err != nil || n != 1 {
-				return fmt.Errorf("prune: %d, %v", n, err)
-			}
 			if err := tx.UpdateConversation(ctx, store.Conversation{ID: "c1", Name: "B", MaxSeq: 9}); err != nil {
 				return err
 			}

@@ -40,9 +40,12 @@ func writeEverything(t *testing.T, s store.Store) {
 		if err := tx.RecallMessage(ctx, "c1", 2); err != nil {
 			return err
 		}
-		if _, err := tx.PruneEvents(ctx, 102, 10); err != nil { // alice's cursor 1 only
-			return err
-		}
+		return nil
+	})
+	if _, err := s.PruneEvents(t.Context(), 102, 10); err != nil { // alice's cursor 1 only
+		t.Fatalf("PruneEvents: %v", err)
+	}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
 		_, err := tx.AppendEvent(ctx, readEvent("bob", 200))
 		return err
 	})

@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"Events/InterleavedMessages", testEventsInterleavedMessages},
 		{"Events/Cursors", testEventCursors},
 		{"Events/Prune", testEventPrune},
+		{"Events/PruneBesideAppends", testPruneBesideAppends},
 		{"Update/ErrorLeavesNothing", testUpdateErrorLeavesNothing},
 		{"Update/PanicReachesCaller", testUpdatePanicReachesCaller},
 		{"Update/ExistsDoesNotAbort", testUpdateExistsDoesNotAbort},
