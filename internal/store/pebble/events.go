@@ -50,15 +50,7 @@ func (t *txn) events(userID string, from int64, limit int) ([]store.Event, error
 	}
 	es := make([]store.Event, 0, min(limit, protocol.MaxSyncLimit+1))
 	for valid := it.First(); valid && len(es) < limit; valid = it.Next() {
-		cursor, _, err := readInt(it.Key()[len(prefix):])
-		var v []byte
-		if err == nil {
-			v, err = it.ValueAndErr()
-		}
-		var e store.Event
-		if err == nil {
-			e, err = decodeEvent(v, userID, cursor)
-		}
+		e, _, err := iterEvent(it, prefix, userID)
 		if err != nil {
 			return nil, errors.Join(corrupt(err, "events of user %q", userID), it.Close())
 		}

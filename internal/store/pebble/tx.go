@@ -100,6 +100,19 @@ func (t *txn) iter(lower, upper []byte) (*pebble.Iterator, error) {
 	return it, nil
 }
 
+// iterEvent decodes the event under it, an iterator over user's log (keys prefix followed by
+// int(cursor)), and returns it with its stored value.
+func iterEvent(it *pebble.Iterator, prefix []byte, user string) (e store.Event, v []byte, err error) {
+	c, _, err := readInt(it.Key()[len(prefix):])
+	if err == nil {
+		v, err = it.ValueAndErr()
+	}
+	if err == nil {
+		e, err = decodeEvent(v, user, c)
+	}
+	return e, v, err
+}
+
 // closeIter closes it, reporting its error (an I/O error met while iterating).
 func closeIter(it *pebble.Iterator) error {
 	if err := it.Close(); err != nil {
@@ -812,22 +825,14 @@ func (t *txn) pruneUser(user string, before int64, limit int) (removed int, done
 			done = false
 			break
 		}
-		c, _, err := readInt(it.Key()[len(prefix):])
-		var v []byte
-		if err == nil {
-			v, err = it.ValueAndErr()
-		}
-		var e store.Event
-		if err == nil {
-			e, err = decodeEvent(v, user, c)
-		}
+		e, v, err := iterEvent(it, prefix, user)
 		if err != nil {
 			return 0, false, errors.Join(corrupt(err, "prune events of user %q", user), it.Close())
 		}
 		if e.TS >= before {
 			break
 		}
-		doomed = append(doomed, doomedEvent{cursor: c, val: slices.Clone(v)}) // for the undo log
+		doomed = append(doomed, doomedEvent{cursor: e.Cursor, val: slices.Clone(v)}) // for the undo log
 	}
 	if err := closeIter(it); err != nil {
 		return 0, false, err
@@ -962,19 +967,11 @@ func (t *txn) raisePruned(user string, cursor int64) (int, error) {
 	}
 	var stragglers []timeEntry
 	for valid := it.First(); valid; valid = it.Next() {
-		c, _, err := readInt(it.Key()[len(prefix):])
-		var v []byte
-		if err == nil {
-			v, err = it.ValueAndErr()
-		}
-		var e store.Event
-		if err == nil {
-			e, err = decodeEvent(v, user, c)
-		}
+		e, _, err := iterEvent(it, prefix, user)
 		if err != nil {
 			return 0, errors.Join(corrupt(err, "prune events of user %q", user), it.Close())
 		}
-		stragglers = append(stragglers, timeEntry{ts: e.TS, user: user, cursor: c})
+		stragglers = append(stragglers, timeEntry{ts: e.TS, user: user, cursor: e.Cursor})
 	}
 	if err := closeIter(it); err != nil {
 		return 0, err
