@@ -10,8 +10,8 @@ import (
 )
 
 // hotState is the writer's in-memory copy of what AppendMessage reads: each active
-// conversation's head (its row and its members) and each active user's log bounds. With it
-// a send reads nothing but its dedup key, and that is a bloom-filtered miss.
+// conversation's head (its row and its members) and each active user's last cursor. With
+// it a send reads nothing on the writer (its dedup key is checked by its caller: dedup.go).
 //
 // It describes the writer's batch, uncommitted writes included, and only the writer
 // goroutine touches it. Every write through a txn (every Update) drops the entries of the
@@ -27,12 +27,11 @@ import (
 // whether or not the batch in flight has committed, so a send that finds everything here
 // does not wait.
 type hotState struct {
-	convs    map[string]*convHead
-	users    map[string]hotUser
-	members  int        // members held by all heads, for the bound
-	fresh    *freshKeys // dedup keys maybe only in memtables (dedup.go)
-	building int64      // the number of the batch being built
-	settle   func()     // the writer's, see groupcommit.Builder.Add
+	convs   map[string]*convHead
+	users   map[string]hotUser
+	members int        // members held by all heads, for the bound
+	fresh   *freshKeys // dedup keys maybe only in memtables (dedup.go)
+	settle  func()     // the writer's, see groupcommit.Builder.Add
 }
 
 // The bounds of hotState, trimmed between batches. A head costs about 150 bytes per

@@ -59,7 +59,6 @@ func (w *writer) Add(reqs []*groupcommit.Request, settle func()) ([]groupcommit.
 	if w.b == nil {
 		w.b, w.n, w.start = w.db.NewIndexedBatch(), 0, time.Now()
 		w.built++
-		w.hot.building = w.built
 		w.hot.trim()
 		w.hot.fresh.maintain(w.db, w.built-1, settle)
 	}
