@@ -18,6 +18,7 @@ FUZZTIME ?= 30s
 fuzz:
 	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
 	go test ./internal/gateway -run '^$$' -fuzz FuzzDecodeSendRequest -fuzztime $(FUZZTIME)
+	go test ./internal/gateway -run '^$$' -fuzz FuzzAckReply -fuzztime $(FUZZTIME)
 	go test ./internal/chat -run '^$$' -fuzz FuzzDecodePageKey -fuzztime $(FUZZTIME)
 	go test ./protocol -run '^$$' -fuzz FuzzReadEventPush -fuzztime $(FUZZTIME)
 	go test ./protocol -run '^$$' -fuzz FuzzReadMessage -fuzztime $(FUZZTIME)

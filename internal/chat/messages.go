@@ -47,16 +47,17 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		}
 		return ack, err
 	}
-	payload, err := json.Marshal(wireMessage(res.Message))
-	if err != nil {
-		return protocol.MessageAck{}, s.storeErr("send", err) // cannot happen: stored content is valid JSON
+	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)), &res.Message)
+	if !ok {
+		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
 	}
 	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
-	var ob outbox
-	for _, d := range res.Events {
-		ob.add(d.UserID, hub.Event{Cursor: d.Cursor, Body: body})
+	evs := make([]hub.Event, len(res.Events))                                                        // one event per member, each user once: no outbox needed
+	for i, d := range res.Events {
+		evs[i] = hub.Event{Cursor: d.Cursor, Body: body}
+		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
 	}
-	s.publish(ctx, &ob)
+	s.published(ctx, len(evs))
 	s.obs.MessageStored(s.now().Sub(start), false)
 	return ackOf(res.Message, false), nil
 }

@@ -183,7 +183,11 @@ func (s *Service) publish(ctx context.Context, ob *outbox) {
 	for _, u := range ob.order {
 		s.hub.Publish(u, ob.events[u])
 	}
-	n := ob.count()
+	s.published(ctx, ob.count())
+}
+
+// published counts n events handed to the hub (see WithEventCount).
+func (s *Service) published(ctx context.Context, n int) {
 	if n > 0 {
 		s.obs.EventsCommitted(n)
 	}
