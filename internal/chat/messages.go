@@ -52,7 +52,8 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
 	}
 	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
-	evs := make([]hub.Event, len(res.Events))                                                        // one event per member, each user once: no outbox needed
+	// One event per member, each user once: published as they are, without an outbox.
+	evs := make([]hub.Event, len(res.Events))
 	for i, d := range res.Events {
 		evs[i] = hub.Event{Cursor: d.Cursor, Body: body}
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
