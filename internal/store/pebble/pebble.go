@@ -137,13 +137,6 @@ func pebbleOptions(o Options, cache *pebble.Cache) *pebble.Options {
 		LBaseMaxBytes:              256 << 20,
 		// Every format feature of this Pebble release that is not experimental.
 		FormatMajorVersion: pebble.FormatNewest,
-		// At most one WAL sync per 500 µs: below the maximum rate, batches would otherwise
-		// be small and each would pay an fdatasync, whose kernel work showed as 13% of the
-		// server's CPU at half the maximum rate. Measured (parley bench direct, 1,000 pairs
-		// at 5,850/s, two alternated pairs of runs): 155 µs of server CPU per message
-		// instead of 180, and a shorter tail; the closed loops did not get slower. An ack
-		// still waits for the sync of its batch.
-		WALMinSyncInterval: func() time.Duration { return 500 * time.Microsecond },
 	}
 	if o.fs != nil {
 		po.FS = o.fs
