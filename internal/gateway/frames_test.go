@@ -293,17 +293,7 @@ func TestAckReplyIsTheReflectiveOne(t *testing.T) {
 	for _, id := range []string{"", "1", "a<b>&c", "quote\"back\\slash", "line\u2028sep", "é\x01"} {
 		for _, dup := range []bool{false, true} {
 			ack := protocol.MessageAck{ConvID: "d_<&>", ClientMsgID: "c-1_x", MsgID: "m_abc", Seq: 1 << 40, CreatedAt: -5, Duplicate: dup}
-			fast, err := encodeReply(id, ack)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slow, err := encodeReplyReflect(id, ack)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(fast) != string(slow) {
-				t.Errorf("id %q, duplicate %v:\n fast %s\n want %s", id, dup, fast, slow)
-			}
+			checkAckReply(t, id, ack)
 		}
 	}
 }
@@ -312,17 +302,22 @@ func FuzzAckReply(f *testing.F) {
 	f.Add("1", "d_x", "c1", "m_1", int64(7), int64(1700000000000), false)
 	f.Add("<\u2028>", "g\x00", "", "é", int64(-1), int64(0), true)
 	f.Fuzz(func(t *testing.T, id, conv, client, msg string, seq, at int64, dup bool) {
-		ack := protocol.MessageAck{ConvID: conv, ClientMsgID: client, MsgID: msg, Seq: seq, CreatedAt: at, Duplicate: dup}
-		fast, err := encodeReply(id, ack)
-		if err != nil {
-			t.Fatal(err)
-		}
-		slow, err := encodeReplyReflect(id, ack)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(fast) != string(slow) {
-			t.Errorf("fast %s\nwant %s", fast, slow)
-		}
+		checkAckReply(t, id, protocol.MessageAck{ConvID: conv, ClientMsgID: client, MsgID: msg, Seq: seq, CreatedAt: at, Duplicate: dup})
 	})
+}
+
+// checkAckReply fails t unless the fast reply to a send is encoding/json's, byte for byte.
+func checkAckReply(t *testing.T, id string, ack protocol.MessageAck) {
+	t.Helper()
+	fast, err := encodeReply(id, ack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := encodeReplyReflect(id, ack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(fast) != string(slow) {
+		t.Errorf("id %q, ack %+v:\n fast %s\n want %s", id, ack, fast, slow)
+	}
 }
