@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 
@@ -90,6 +91,17 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		Terminal:   isTerminal(stderr),
 		Version:    version,
 	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	_, err = bench.Run(ctx, cfg, opts)
 	return err
 }
@@ -169,6 +181,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	}
 	fs.StringVar(&c.JSONPath, "json", "", "write every figure to this JSON file")
 	fs.StringVar(&c.ReportPath, "report", "", "write an HTML report with charts to this file")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the bench process's own CPU profile (pprof) to this file; with --procs 1 it holds the load generator")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}

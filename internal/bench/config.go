@@ -56,6 +56,9 @@ type Config struct {
 
 	JSONPath   string // write every figure as JSON here
 	ReportPath string // write an HTML report with charts here
+	// CPUProfile is where the bench process writes its own CPU profile (pprof format), to
+	// find what the generator spends per message; with --procs 1 the load runs in it.
+	CPUProfile string
 }
 
 // DefaultConfig returns the defaults of scenario.
