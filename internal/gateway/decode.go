@@ -277,9 +277,11 @@ func decodeSendRequest(data []byte) (protocol.SendRequest, error) { return decod
 // decodeSend decodes a send request: the body of POST /v1/messages, or a "send" frame (whose
 // other frame fields are ignored).
 func decodeSend(b body) (protocol.SendRequest, error) {
-	var req protocol.SendRequest
-	if err := b.decode(&req); err != nil {
-		return req, err
+	req, ok := sendFromMembers(b)
+	if !ok {
+		if err := b.decode(&req); err != nil {
+			return req, err
+		}
 	}
 	switch {
 	case !protocol.ValidConvID(req.ConvID):
@@ -299,6 +301,61 @@ func decodeSend(b body) (protocol.SendRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// sendFromMembers reads a send request straight from the members of a frame's strict walk,
+// for the common frame whose every member is spelled exactly, whose strings have no escapes
+// and whose content_type is a plain integer: then it is what encoding/json would decode, and
+// decoding it again by reflection cost a fifth of serving a send's frame. Anything else
+// (extra, unknown or duplicate names, escapes, null) answers ok false, and the frame is
+// decoded in full, errors and all (FuzzDecodeClientFrame holds the two to the same answers).
+func sendFromMembers(b body) (req protocol.SendRequest, ok bool) {
+	if !b.walked {
+		return req, false
+	}
+	var seen uint8
+	for _, m := range b.members {
+		var bit uint8
+		switch string(m.name) {
+		case "id", "op":
+			continue // the envelope's, read by envelope
+		case "conv_id":
+			bit = 1
+			req.ConvID, ok = plainString(m)
+		case "client_msg_id":
+			bit = 2
+			req.ClientMsgID, ok = plainString(m)
+		case "content_type":
+			bit, req.ContentType, ok = 4, 0, false
+			if m.kind == '0' {
+				n, err := strconv.ParseInt(string(m.value), 10, 64)
+				req.ContentType, ok = int(n), err == nil && n >= -protocol.MaxSafeInteger && n <= protocol.MaxSafeInteger
+			}
+		case "content":
+			bit = 8
+			switch m.kind {
+			case '{', '[', '"', '0', 't', 'f':
+				req.Content, ok = bytes.Clone(m.value), m.value != nil
+			default:
+				ok = false
+			}
+		default:
+			return protocol.SendRequest{}, false // extra, or a name encoding/json may match
+		}
+		if !ok || seen&bit != 0 {
+			return protocol.SendRequest{}, false
+		}
+		seen |= bit
+	}
+	return req, true
+}
+
+// plainString returns m's string value if it is a string without escapes.
+func plainString(m member) (string, bool) {
+	if m.kind != '"' || len(m.value) < 2 || bytes.IndexByte(m.value, '\\') >= 0 {
+		return "", false
+	}
+	return string(m.value[1 : len(m.value)-1]), true
 }
 
 // decodePositionRequest decodes the body of a read or delivered update (see decodePosition).

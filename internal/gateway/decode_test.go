@@ -526,6 +526,17 @@ func FuzzDecodeClientFrame(f *testing.F) {
 // and frames whose envelope the walk must not vouch for.
 func frameSeeds() []string {
 	return []string{
+		// The fast path of a send (sendFromMembers) and its edges.
+		`{"id":"a1","op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{"text":"hi"}}`,
+		`{ "op" : "send" , "conv_id" : "c_abc" , "client_msg_id" : "m1" , "content_type" : 1 , "content" : { "text" : "hi" } , "id" : "a1" }`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":"plain"}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1e0,"content":[1]}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":-0,"content":true}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":9007199254740992,"content":1}`,
+		`{"op":"send","conv_id":"c_\u0061bc","client_msg_id":"m1","content_type":1,"content":null}`,
+		`{"op":"send","conv_id":null,"client_msg_id":"m1","content_type":null,"content":{}}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"extra":{"k":"v"}}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"other":1}`,
 		`{"id":1,"op":"send","Conv_ID":"x"}`, `{"Conv_ID":"x","id":1,"op":"send"}`,
 		`{"conv_id":5,"id":1,"op":"send"}`, `{"id":"1","op":"read","conv_id":5,"seq":"x"}`,
 		`{"id":"1","op":"sync","Cursor":1,"cursor":1e300}`, `{"cursor":1e300,"id":"1","op":"sync","Limit":1}`,
