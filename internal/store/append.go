@@ -36,6 +36,14 @@ type Appended struct {
 	Events    []Delivery // the events appended, in the order of Members; nil on a duplicate
 }
 
+// PendingAppend is an append that Store.StartAppend has queued.
+type PendingAppend interface {
+	// Wait waits until the append has committed or failed and returns what AppendMessage
+	// would have: the result, durable and visible, or the error (ctx's error when the
+	// append was dropped before the store began it). Call it once, from one goroutine.
+	Wait() (Appended, error)
+}
+
 // Delivery names one event AppendMessage appended: the user whose log holds it and its
 // cursor there.
 type Delivery struct {
