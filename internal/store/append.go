@@ -44,6 +44,16 @@ type PendingAppend interface {
 	Wait() (Appended, error)
 }
 
+// StartAndWait is AppendMessage made of s's StartAppend and Wait, as a backend whose
+// AppendMessage is nothing more implements it.
+func StartAndWait(ctx context.Context, s Store, m Message) (Appended, error) {
+	p, err := s.StartAppend(ctx, m)
+	if err != nil {
+		return Appended{}, err
+	}
+	return p.Wait()
+}
+
 // Delivery names one event AppendMessage appended: the user whose log holds it and its
 // cursor there.
 type Delivery struct {

@@ -291,11 +291,7 @@ type appendScratch struct {
 
 // AppendMessage implements store.Store: StartAppend, then Wait.
 func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
-	p, err := s.StartAppend(ctx, m)
-	if err != nil {
-		return store.Appended{}, err
-	}
-	return p.Wait()
+	return store.StartAndWait(ctx, s, m)
 }
 
 // StartAppend implements store.Store: the append runs on the writer goroutine, in the

@@ -221,11 +221,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 
 // AppendMessage implements store.Store: StartAppend, then Wait.
 func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
-	p, err := s.StartAppend(ctx, m)
-	if err != nil {
-		return store.Appended{}, err
-	}
-	return p.Wait()
+	return store.StartAndWait(ctx, s, m)
 }
 
 // StartAppend implements store.Store with store.AppendTx in one Update: the writer
