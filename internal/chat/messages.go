@@ -105,10 +105,10 @@ func (s *Service) appendErr(ctx context.Context, err error) error {
 	return s.wrote(ctx, "send", err)
 }
 
-// duplicateAck answers a send to convID whose (sender, clientMsgID) is already stored as m. A retry
-// names the same conversation and gets the original ack. Naming another conversation is not a
-// retry but a client that reused an id: answering the original ack, which names the first
-// conversation, would let it believe the new message was stored. It gets 409 instead.
+// duplicateAck answers a send to convID whose (sender, clientMsgID) is already stored as m.
+// A retry names the same conversation and gets the original ack. Naming another conversation
+// is not a retry but a client that reused an id: answering the original ack, which names the
+// first conversation, would let it believe the new message was stored. It gets 409 instead.
 func duplicateAck(m store.Message, convID, clientMsgID string) (protocol.MessageAck, error) {
 	if m.ConvID != convID {
 		return protocol.MessageAck{}, fmt.Errorf("%w: client_msg_id %q was already used in another conversation: pick a new one for this message",

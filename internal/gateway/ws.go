@@ -268,7 +268,9 @@ func (c *wsConn) extendDeadline() {
 
 func (c *wsConn) readLoop() {
 	defer close(c.readerDone)
-	defer c.sends.wait() // after guard, which ends the connection on a panic: the answerer then stops waiting for room
+	// The sends in flight end before the reader does. guard runs first: on a panic it ends
+	// the connection, and an answerer waiting for room in the reply queue stops waiting.
+	defer c.sends.wait()
 	defer c.guard("reader")
 	c.ws.SetReadLimit(protocol.MaxFrameBytes)
 	c.extendDeadline()
@@ -397,6 +399,7 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	defer func() {
 		if v := recover(); v != nil {
 			out = c.errorReply("", id, c.recovered("serving websocket frame", v))
+			c.sends.wait() // the reply must not overtake those of the sends before it
 		}
 	}()
 	f, err := decodeClientFrame(data)
