@@ -19,31 +19,63 @@ import (
 // returns the original ack with Duplicate set, whatever its content, if it names the same
 // conversation; naming another one is ErrConflict (see duplicateAck). Sending advances the
 // sender's read (and delivered) position to the new seq without an event of its own, and
-// makes the conversation visible again to members who had deleted it.
+// makes the conversation visible again to members who had deleted it. It is StartSend,
+// then Wait.
+func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendRequest) (protocol.MessageAck, error) {
+	p, err := s.StartSend(ctx, me, req)
+	if err != nil {
+		return protocol.MessageAck{}, err
+	}
+	return p.Wait()
+}
+
+// StartSend begins Send and returns once the message has its place in the store's order
+// (store.Store.StartAppend), without waiting for the commit: sends started one after
+// another (one StartSend returning before the next is called) are stored in that order, so
+// into one conversation their seqs increase in that order. Wait gives Send's answer. An
+// error here is Send's (the request is invalid, or the store cannot take it) and nothing
+// was stored.
 //
 // Everything that does not need the store (validation, the ids, encoding extra) happens
 // here, on the caller's goroutine, so that the store's writer only applies.
-func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendRequest) (protocol.MessageAck, error) {
+func (s *Service) StartSend(ctx context.Context, me Identity, req protocol.SendRequest) (PendingSend, error) {
 	start := s.now()
 	extra, err := validateSend(req)
 	if err != nil {
-		return protocol.MessageAck{}, err
+		return PendingSend{}, err
 	}
 	m := store.Message{
 		ConvID: req.ConvID, MsgID: newID("m_"), ClientMsgID: req.ClientMsgID, SenderID: me.UserID,
 		ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: s.nowMS(),
 	}
-	res, err := s.st.AppendMessage(ctx, m)
-	if errors.Is(err, store.ErrNotFound) {
-		err = errNoConversation
+	p, err := s.st.StartAppend(ctx, m)
+	if err != nil {
+		return PendingSend{}, s.appendErr(ctx, err)
 	}
-	if err := s.wrote(ctx, "send", err); err != nil {
+	return PendingSend{s: s, ctx: ctx, start: start, convID: req.ConvID, clientMsgID: req.ClientMsgID, appended: p}, nil
+}
+
+// PendingSend is a send that StartSend has queued in the store.
+type PendingSend struct {
+	s                   *Service
+	ctx                 context.Context
+	start               time.Time
+	convID, clientMsgID string
+	appended            store.PendingAppend
+}
+
+// Wait waits for the send's commit, publishes its events to the hub and returns the ack,
+// or Send's error. Call it once.
+func (p PendingSend) Wait() (protocol.MessageAck, error) {
+	s, ctx := p.s, p.ctx
+	res, err := p.appended.Wait()
+	if err := s.appendErr(ctx, err); err != nil {
 		return protocol.MessageAck{}, err
 	}
 	if res.Duplicate {
-		ack, err := duplicateAck(res.Message, req)
+		ack, err := duplicateAck(res.Message, p.convID, p.clientMsgID)
 		if err == nil {
-			s.obs.MessageStored(s.now().Sub(start), true)
+			s.obs.MessageStored(s.now().Sub(p.start), true)
 		}
 		return ack, err
 	}
@@ -51,6 +83,7 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
 	}
+	m := &res.Message
 	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
 	// One event per member, each user once: published as they are, without an outbox.
 	evs := make([]hub.Event, len(res.Events))
@@ -59,18 +92,27 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
 	}
 	s.published(ctx, len(evs))
-	s.obs.MessageStored(s.now().Sub(start), false)
+	s.obs.MessageStored(s.now().Sub(p.start), false)
 	return ackOf(res.Message, false), nil
 }
 
-// duplicateAck answers a send whose (sender, client_msg_id) is already stored as m. A retry
-// names the same conversation and gets the original ack. Naming another conversation is not a
-// retry but a client that reused an id: answering the original ack, which names the first
-// conversation, would let it believe the new message was stored. It gets 409 instead.
-func duplicateAck(m store.Message, req protocol.SendRequest) (protocol.MessageAck, error) {
-	if m.ConvID != req.ConvID {
+// appendErr turns the error of a message append into Send's (recording the write's outcome
+// for Healthy, success included): a missing conversation or a non-member is one 404.
+func (s *Service) appendErr(ctx context.Context, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		err = errNoConversation
+	}
+	return s.wrote(ctx, "send", err)
+}
+
+// duplicateAck answers a send to convID whose (sender, clientMsgID) is already stored as m.
+// A retry names the same conversation and gets the original ack. Naming another conversation
+// is not a retry but a client that reused an id: answering the original ack, which names the
+// first conversation, would let it believe the new message was stored. It gets 409 instead.
+func duplicateAck(m store.Message, convID, clientMsgID string) (protocol.MessageAck, error) {
+	if m.ConvID != convID {
 		return protocol.MessageAck{}, fmt.Errorf("%w: client_msg_id %q was already used in another conversation: pick a new one for this message",
-			ErrConflict, req.ClientMsgID)
+			ErrConflict, clientMsgID)
 	}
 	return ackOf(m, true), nil
 }

@@ -196,6 +196,59 @@ func TestConcurrentSendsGaplessSeqAndCursors(t *testing.T) {
 
 // TestReadPositionNeverMovesBackwards is the design's concurrency simulation: 10 goroutines
 // x 1000 read updates with random seqs from several devices.
+// TestStartSendKeepsStartOrder: sends started one after another without waiting are
+// stored in start order (seqs, and the cursors pushed to a member), an invalid one is
+// refused by StartSend itself, a repeat in the same burst gets the original ack, and each
+// Wait publishes its own events.
+func TestStartSendKeepsStartOrder(t *testing.T) {
+	e := newEnv(t)
+	conv := e.direct(t, "alice", "bob")
+	sub := e.svc.Hub().Subscribe("bob", 64)
+	defer sub.Close()
+	ctx := context.Background()
+	req := func(id string) protocol.SendRequest {
+		return protocol.SendRequest{ConvID: conv, ClientMsgID: id, ContentType: 1, Content: json.RawMessage(`"hi"`)}
+	}
+	if _, err := e.svc.StartSend(ctx, me("alice"), protocol.SendRequest{ConvID: conv, ClientMsgID: "bad", ContentType: 1}); !errors.Is(err, chat.ErrInvalid) {
+		t.Fatalf("StartSend without content = %v, want ErrInvalid", err)
+	}
+	ids := []string{"s0", "s1", "s2", "s0", "s3"}
+	pending := make([]chat.PendingSend, len(ids))
+	for i, id := range ids {
+		p, err := e.svc.StartSend(ctx, me("alice"), req(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending[i] = p
+	}
+	var acks []protocol.MessageAck
+	for _, p := range pending {
+		ack, err := p.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, ack)
+	}
+	for i, want := range []int64{1, 2, 3, 1, 4} {
+		if acks[i].Seq != want || acks[i].ClientMsgID != ids[i] || acks[i].Duplicate != (i == 3) {
+			t.Fatalf("ack %d = %+v, want seq %d of %s", i, acks[i], want, ids[i])
+		}
+	}
+	if acks[3].MsgID != acks[0].MsgID {
+		t.Fatalf("the repeat's ack %+v, want the original %+v", acks[3], acks[0])
+	}
+	for want := int64(2); want <= 5; want++ { // bob's log: conv_updated, then the four messages
+		select {
+		case ev := <-sub.Events():
+			if ev.Cursor != want {
+				t.Fatalf("bob's push has cursor %d, want %d", ev.Cursor, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no push of cursor %d", want)
+		}
+	}
+}
+
 func TestReadPositionNeverMovesBackwards(t *testing.T) {
 	e := newEnv(t)
 	conv := e.direct(t, "alice", "bob")
@@ -691,11 +744,11 @@ func (d *fullDisk) Update(ctx context.Context, fn func(tx store.Tx) error) error
 	return d.Store.Update(ctx, fn)
 }
 
-func (d *fullDisk) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+func (d *fullDisk) StartAppend(ctx context.Context, m store.Message) (store.PendingAppend, error) {
 	if d.writes.Load() {
-		return store.Appended{}, errors.New("database or disk is full")
+		return nil, errors.New("database or disk is full")
 	}
-	return d.Store.AppendMessage(ctx, m)
+	return d.Store.StartAppend(ctx, m)
 }
 
 func (d *fullDisk) room() error {

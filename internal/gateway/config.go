@@ -51,7 +51,9 @@ type Config struct {
 	// weighed after the fact: the call that creates the events may overdraw the bucket, and
 	// the device's next calls get 429 until it has refilled past zero. While it is on, a
 	// device's writing calls run one at a time, so that each is weighed before the next is
-	// admitted. FanoutRate 0 turns the limit off. Default 2,000/s, burst 10,000.
+	// admitted, but for the send frames of one WebSocket connection, up to 32 of which may
+	// be in flight together: the debt they run up is bounded by 32 sends' events.
+	// FanoutRate 0 turns the limit off. Default 2,000/s, burst 10,000.
 	FanoutRate  float64
 	FanoutBurst int
 	// ConvChangeEvery and ConvChangeBurst bound the metadata changes of one conversation

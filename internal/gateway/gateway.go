@@ -254,7 +254,8 @@ func (g *Gateway) allow(me chat.Identity, send bool) error {
 // call creates (chat.WithEventCount), and charges them to the device afterwards. A device
 // whose bucket is in debt is refused (429) until it has refilled. Calls that may write
 // (writes) run one at a time per device: side by side, they would all be admitted before
-// any was charged, and the limit would bound only sequential callers.
+// any was charged, and the limit would bound only sequential callers. (A WebSocket
+// connection's pipelined sends are the one exception, bounded by maxInFlight: inflight.go.)
 func (g *Gateway) weighed(ctx context.Context, me chat.Identity, writes bool, call func(context.Context) error) error {
 	key := deviceKeyString(me)
 	if writes {
@@ -264,12 +265,26 @@ func (g *Gateway) weighed(ctx context.Context, me chat.Identity, writes bool, ca
 		}
 		defer leave()
 	}
+	if err := g.solvent(key); err != nil {
+		return err
+	}
+	ctx = chat.WithEventCount(ctx)
+	defer g.charge(ctx, key)
+	return call(ctx)
+}
+
+// solvent refuses (429) a call of the device key while its events bucket is in debt.
+func (g *Gateway) solvent(key string) error {
 	if owing, d := g.fanout.owing(key, time.Now()); owing {
 		return &rateLimitError{what: "this device's calls created too many events", retryAfter: retrySeconds(d)}
 	}
-	ctx = chat.WithEventCount(ctx)
-	defer func() { g.fanout.charge(key, chat.EventsCounted(ctx), time.Now()) }()
-	return call(ctx)
+	return nil
+}
+
+// charge charges the device key the events counted under ctx (a chat.WithEventCount
+// context), even into debt.
+func (g *Gateway) charge(ctx context.Context, key string) {
+	g.fanout.charge(key, chat.EventsCounted(ctx), time.Now())
 }
 
 // deviceKeyString is the key of a device's buckets.

@@ -20,6 +20,7 @@ import (
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/metrics"
+	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/sqlite"
 	"github.com/parleychat/parley/protocol"
 )
@@ -38,12 +39,19 @@ type testServer struct {
 // t.Cleanup. It skips the test while chat is still a stub.
 func newTestServer(t *testing.T, mods ...func(*Config)) *testServer {
 	t.Helper()
+	return newTestServerOn(t, func(s store.Store) store.Store { return s }, mods...)
+}
+
+// newTestServerOn is newTestServer on the store wrap makes of its SQLite store.
+func newTestServerOn(t *testing.T, wrap func(store.Store) store.Store, mods ...func(*Config)) *testServer {
+	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir(), Relaxed: true})
+	sq, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir(), Relaxed: true})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { sq.Close() })
+	st := wrap(sq)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

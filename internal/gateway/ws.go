@@ -36,9 +36,11 @@ const maxRefusedPings = 64
 // closeGrace bounds the close handshake: the wait for the client's close frame.
 const closeGrace = time.Second
 
-// replyQueue is how many replies a connection may have unwritten. The reader handles one
-// frame at a time, so replies queue only while the writer is blocked on a client that does
-// not read; past this many, the client is disconnected.
+// replyQueue is how many replies a connection may have unwritten. Replies queue only while
+// the writer is blocked on a client that does not read. Past this many, the reader
+// disconnects the client rather than queue the reply of a frame it served; the answerer of
+// the sends in flight waits for room instead, which holds the reader back through the
+// bound of sends in flight (inflight.go).
 const replyQueue = 32
 
 // newUpgrader returns the gorilla/websocket upgrader. gorilla/websocket is used because it
@@ -189,8 +191,9 @@ func (g *Gateway) unregister(c *wsConn) {
 // through a bounded queue that the reader never waits on (a full queue means the client does
 // not read: it is disconnected); pushes come straight from the hub subscription, whose
 // overflow also disconnects the client. Two goroutines rather than three (a separate pusher)
-// keep an idle connection small. Control frames (ping, and gorilla's pong and close answers)
-// use WriteControl, which is safe beside the writer.
+// keep an idle connection small; a third, the answerer, runs only while send frames are in
+// flight (inflight.go). Control frames (ping, and gorilla's pong and close answers) use
+// WriteControl, which is safe beside the writer.
 type wsConn struct {
 	g     *Gateway
 	ws    *websocket.Conn
@@ -213,6 +216,8 @@ type wsConn struct {
 	readerDone chan struct{} // closed when the reader has returned
 
 	refusedPings int // pings refused in a row by the request limit; used by the reader only
+
+	sends inflight // the send frames started and not yet answered
 }
 
 // close ends the connection with code and reason, after sending last (an error push) if
@@ -263,6 +268,9 @@ func (c *wsConn) extendDeadline() {
 
 func (c *wsConn) readLoop() {
 	defer close(c.readerDone)
+	// The sends in flight end before the reader does. guard runs first: on a panic it ends
+	// the connection, and an answerer waiting for room in the reply queue stops waiting.
+	defer c.sends.wait()
 	defer c.guard("reader")
 	c.ws.SetReadLimit(protocol.MaxFrameBytes)
 	c.extendDeadline()
@@ -281,8 +289,12 @@ func (c *wsConn) readLoop() {
 		if c.closing() || !c.authorized() {
 			continue // finishing the close handshake: frames are no longer served
 		}
+		out := c.handleFrame(data)
+		if out == nil {
+			continue // a send: the answerer replies
+		}
 		select {
-		case c.replies <- c.handleFrame(data):
+		case c.replies <- out:
 		default:
 			c.close(CloseTooSlow, "too slow: replies not read", nil)
 		}
@@ -377,13 +389,17 @@ func readCloseCode(err error) (int, string, []byte) {
 	return websocket.CloseNormalClosure, "", nil // the client closed or the network failed
 }
 
-// handleFrame serves one client frame and returns the reply to send.
+// handleFrame serves one client frame and returns the reply to send, or nil for a send
+// frame, which is started here and answered by the answerer (inflight.go), even when it is
+// refused, so that its reply keeps its place among the sends'. Any other frame first waits
+// until every send before it has been answered: it sees their effects, and its reply comes
+// after theirs.
 func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	var id string
 	defer func() {
 		if v := recover(); v != nil {
-			c.g.log.Error("gateway: panic serving websocket frame", "user", c.me.UserID, "panic", v, "stack", string(debug.Stack()))
-			out = encodeErrorReply(id, 500, "internal error", 0)
+			out = c.errorReply("", id, c.recovered("serving websocket frame", v))
+			c.sends.wait() // the reply must not overtake those of the sends before it
 		}
 	}()
 	f, err := decodeClientFrame(data)
@@ -391,6 +407,11 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 	if lerr := c.g.allow(c.me, f.Op == protocol.OpSend); lerr != nil {
 		err = lerr
 	}
+	if f.Op == protocol.OpSend {
+		c.startSend(f, err)
+		return nil
+	}
+	c.sends.wait()
 	var result any
 	if err == nil {
 		err = c.g.weighed(c.ctx, c.me, true, func(ctx context.Context) (err error) {
@@ -403,25 +424,28 @@ func (c *wsConn) handleFrame(data []byte) (out []byte) {
 			return out
 		}
 	}
+	return c.errorReply(f.Op, id, err)
+}
+
+// errorReply is the reply to the frame id of op that failed with err. An unexpected
+// failure (500) is logged, unless it was a panic, which recovered has logged.
+func (c *wsConn) errorReply(op, id string, err error) []byte {
 	code := statusOf(err)
-	if code == 500 {
-		c.g.log.Error("gateway: websocket op failed", "op", f.Op, "user", c.me.UserID, "err", err)
+	if code == 500 && !errors.Is(err, errPanicked) {
+		c.g.log.Error("gateway: websocket op failed", "op", op, "user", c.me.UserID, "err", err)
 	}
 	return encodeErrorReply(id, code, errorMessage(err, code), retryAfterOf(err))
 }
 
-// dispatch runs one op (section 9) with the params decodeClientFrame decoded, and returns
-// its result. Params refused are answered here, after the limits, as an op's own error.
+// dispatch runs one op (section 9) but send (inflight.go) with the params
+// decodeClientFrame decoded, and returns its result. Params refused are answered here,
+// after the limits, as an op's own error.
 func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 	if f.paramsErr != nil {
 		return nil, f.paramsErr
 	}
 	svc, me := c.g.svc, c.me
 	switch p := f.params.(type) {
-	case protocol.SendRequest:
-		ack, err := svc.Send(ctx, me, p)
-		ack.Code = 0
-		return ack, err
 	case protocol.PositionRequest:
 		if f.Op == protocol.OpRead {
 			n, err := svc.MarkRead(ctx, me, p.ConvID, *p.Seq)

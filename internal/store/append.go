@@ -36,6 +36,24 @@ type Appended struct {
 	Events    []Delivery // the events appended, in the order of Members; nil on a duplicate
 }
 
+// PendingAppend is an append that Store.StartAppend has queued.
+type PendingAppend interface {
+	// Wait waits until the append has committed or failed and returns what AppendMessage
+	// would have: the result, durable and visible, or the error (ctx's error when the
+	// append was dropped before the store began it). Call it once, from one goroutine.
+	Wait() (Appended, error)
+}
+
+// StartAndWait is AppendMessage made of s's StartAppend and Wait, as a backend whose
+// AppendMessage is nothing more implements it.
+func StartAndWait(ctx context.Context, s Store, m Message) (Appended, error) {
+	p, err := s.StartAppend(ctx, m)
+	if err != nil {
+		return Appended{}, err
+	}
+	return p.Wait()
+}
+
 // Delivery names one event AppendMessage appended: the user whose log holds it and its
 // cursor there.
 type Delivery struct {

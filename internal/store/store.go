@@ -56,8 +56,32 @@ type Store interface {
 	// not its caller, assigns the message's seq and each member's event cursor, atomically,
 	// as a log assigns its sequence numbers. See Appended for what it does and returns.
 	// It is durable and visible when it returns, like an Update, and it is isolated from
-	// concurrent Updates and AppendMessages as if it ran alone.
+	// concurrent Updates and AppendMessages as if it ran alone. It is StartAppend followed
+	// by Wait.
 	AppendMessage(ctx context.Context, m Message) (Appended, error)
+	// StartAppend begins AppendMessage(ctx, m) and returns once the append has its place in
+	// the store's order, without waiting for it to commit; the result's Wait returns what
+	// AppendMessage would have. It lets one caller have several appends in flight (a
+	// WebSocket connection's pipelined sends) and still choose their order:
+	//
+	// Appends started one after another are applied in that order: when one StartAppend
+	// returned before another was called (two calls in turn by one goroutine, say), the
+	// later append is applied after the earlier one, whatever other appenders and Updates
+	// do meanwhile. So into one conversation the later gets the higher seq, in each
+	// member's log the higher cursor, and if it repeats the earlier one's (SenderID,
+	// ClientMsgID) it is its duplicate. An append that fails takes no seq; those after it
+	// may still succeed. Appends started concurrently are ordered as the store likes.
+	//
+	// StartAppend fails only when it cannot queue the append, and nothing is then stored:
+	// ErrUnavailable (the store is closed or broken) or ctx's error. It may block while the
+	// backend's queue is full, until ctx ends. Every other outcome (ErrNotMember, a failed
+	// commit) comes from Wait. The append goes ahead whether or not Wait is called; if ctx
+	// ends before the store has begun it, it is dropped and Wait returns ctx's error.
+	//
+	// A backend with several writers (PostgreSQL with a batcher per node) keeps the order by
+	// queueing appends in start order and applying those of one conversation in that order,
+	// on one connection, before it starts those of later batches.
+	StartAppend(ctx context.Context, m Message) (PendingAppend, error)
 	// Close releases the backend. Calls after Close fail with ErrUnavailable.
 	Close() error
 }

@@ -101,22 +101,74 @@ func (q *Queue) SubmitHot(ctx context.Context, fn func(store.Tx) error) error {
 }
 
 func (q *Queue) submit(ctx context.Context, fn func(store.Tx) error, hot bool) error {
-	if err := ctx.Err(); err != nil {
+	r, err := q.start(ctx, fn, hot)
+	if err != nil {
 		return err
+	}
+	return r.wait()
+}
+
+// start queues fn and returns without waiting for the writer. The writer takes requests in
+// the order they were queued and runs them in that order (Run, RunPipelined), so a request
+// queued after another's start returned runs after it.
+func (q *Queue) start(ctx context.Context, fn func(store.Tx) error, hot bool) (*Request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	r := &Request{ctx: ctx, fn: fn, hot: hot, done: make(chan Outcome, 1)}
 	if err := q.enqueue(ctx, r); err != nil {
-		return err
+		return nil, err
 	}
+	return r, nil
+}
+
+// wait waits for the writer's answer to r. If r's context ends before the writer reaches r,
+// it returns the context's error and r's fn never runs; once fn has started, it waits for
+// the commit and reports its outcome.
+func (r *Request) wait() error {
 	select {
 	case out := <-r.done:
 		return out.result()
-	case <-ctx.Done():
+	case <-r.ctx.Done():
 		if r.state.CompareAndSwap(pending, abandoned) {
-			return ctx.Err()
+			return r.ctx.Err()
 		}
 		return (<-r.done).result()
 	}
+}
+
+// Append is a store.PendingAppend served by a Queue: the request, and the result its fn
+// leaves for Wait.
+type Append struct {
+	req *Request
+	res store.Appended // written by the writer before it answers req
+}
+
+var _ store.PendingAppend = (*Append)(nil)
+
+// StartAppend queues apply, the backend's append on the writer (a Hot request when hot, as
+// with SubmitHot), and returns once it is queued: it implements store.Store.StartAppend's
+// ordering for a backend whose writer runs this queue, since the writer runs requests in
+// the order they were queued.
+func (q *Queue) StartAppend(ctx context.Context, hot bool, apply func(store.Tx) (store.Appended, error)) (store.PendingAppend, error) {
+	a := &Append{}
+	r, err := q.start(ctx, func(tx store.Tx) (err error) {
+		a.res, err = apply(tx)
+		return err
+	}, hot)
+	if err != nil {
+		return nil, err
+	}
+	a.req = r
+	return a, nil
+}
+
+// Wait implements store.PendingAppend. A panic of apply is re-raised here.
+func (a *Append) Wait() (store.Appended, error) {
+	if err := a.req.wait(); err != nil {
+		return store.Appended{}, err
+	}
+	return a.res, nil
 }
 
 // enqueue hands r to the writer unless the queue is closed.

@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,5 +111,48 @@ func TestBatchesTakeWhatIsQueuedAndCloseDrains(t *testing.T) {
 	}
 	if err := q.Submit(context.Background(), func(store.Tx) error { return nil }); !errors.Is(err, errClosed) {
 		t.Fatalf("Submit after Close = %v", err)
+	}
+}
+
+// TestStartedAppendsRunInStartOrder: appends started one after another, before the writer
+// runs, are applied in start order across batches; one whose context ended before the
+// writer reached it is dropped (its Wait gives the context's error) without disturbing
+// the others, and each Wait gives its own append's result.
+func TestStartedAppendsRunInStartOrder(t *testing.T) {
+	q := NewQueue(3, errClosed)
+	var applied []int // written by the writer only
+	dropped, cancel := context.WithCancel(context.Background())
+	var pending []store.PendingAppend
+	for i := range 10 {
+		ctx := context.Background()
+		if i == 4 {
+			ctx = dropped
+		}
+		p, err := q.StartAppend(ctx, i%2 == 0, func(store.Tx) (store.Appended, error) {
+			applied = append(applied, i)
+			return store.Appended{Message: store.Message{Seq: int64(len(applied))}}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, p)
+	}
+	cancel() // append 4 is queued, and the writer has not reached it
+	if _, err := pending[4].Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait of the dropped append = %v, want context.Canceled", err)
+	}
+	pending = slices.Delete(pending, 4, 5)
+	runQueue(t, q, runAll)
+	for i, p := range pending {
+		res, err := p.Wait()
+		if err != nil || res.Message.Seq != int64(i+1) {
+			t.Fatalf("Wait of append %d = %+v, %v; want seq %d", i, res, err, i+1)
+		}
+	}
+	if want := []int{0, 1, 2, 3, 5, 6, 7, 8, 9}; !slices.Equal(applied, want) {
+		t.Fatalf("applied %v, want %v", applied, want)
+	}
+	if _, err := q.StartAppend(dropped, false, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("StartAppend with an ended context = %v, want context.Canceled", err)
 	}
 }

@@ -289,26 +289,30 @@ type appendScratch struct {
 	prev  []byte
 }
 
-// AppendMessage implements store.Store: it runs on the writer goroutine, in the group
-// commit of concurrent Updates, with the conversation's head and its members' cursors
-// from the writer's memory (hotState).
+// AppendMessage implements store.Store: StartAppend, then Wait.
+func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+	return store.StartAndWait(ctx, s, m)
+}
+
+// StartAppend implements store.Store: the append runs on the writer goroutine, in the
+// group commit of concurrent Updates, with the conversation's head and its members' cursors
+// from the writer's memory (hotState), in the order the StartAppend calls queued it.
 //
 // The caller's goroutine first looks the dedup key up in the database (precheck), in
-// parallel with other callers and the writer, so that the writer only applies.
-func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+// parallel with other callers and the writer, so that the writer only applies. An earlier
+// append still in flight with the same key is not in the database yet, but it is in the
+// writer's set of fresh keys by the time the writer reaches this one, which sends this one
+// down the writer's own lookup.
+func (s *Store) StartAppend(ctx context.Context, m store.Message) (store.PendingAppend, error) {
 	if err := s.failedErr(); err != nil {
-		return store.Appended{}, err
+		return nil, err
 	}
 	pre := s.precheck(m)
-	var res store.Appended
-	err := s.q.SubmitHot(ctx, func(tx store.Tx) error {
+	return s.q.StartAppend(ctx, true, func(tx store.Tx) (store.Appended, error) {
 		w, ok := tx.(writeTx)
 		if !ok {
-			return fmt.Errorf("pebble: AppendMessage got a %T", tx)
+			return store.Appended{}, fmt.Errorf("pebble: AppendMessage got a %T", tx)
 		}
-		var err error
-		res, err = s.w.appendMessage(ctx, w.t, m, pre)
-		return err
+		return s.w.appendMessage(ctx, w.t, m, pre)
 	})
-	return res, err
 }

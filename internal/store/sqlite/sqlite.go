@@ -219,16 +219,18 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return s.q.Submit(ctx, fn)
 }
 
-// AppendMessage implements store.Store with store.AppendTx in one Update: the writer
-// goroutine serializes every Update, so reading max_seq and writing it back is atomic.
+// AppendMessage implements store.Store: StartAppend, then Wait.
 func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
-	var res store.Appended
-	err := s.Update(ctx, func(tx store.Tx) error {
-		var err error
-		res, err = store.AppendTx(ctx, tx, m)
-		return err
+	return store.StartAndWait(ctx, s, m)
+}
+
+// StartAppend implements store.Store with store.AppendTx in one Update: the writer
+// goroutine serializes every Update, so reading max_seq and writing it back is atomic, and
+// runs them in the order they were queued, which is the order of the StartAppend calls.
+func (s *Store) StartAppend(ctx context.Context, m store.Message) (store.PendingAppend, error) {
+	return s.q.StartAppend(ctx, false, func(tx store.Tx) (store.Appended, error) {
+		return store.AppendTx(ctx, tx, m)
 	})
-	return res, err
 }
 
 // PruneEvents implements store.Store as an Update: SQLite has one writer, which a

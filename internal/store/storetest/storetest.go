@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 		{"Append/NotMember", testAppendNotMember},
 		{"Append/FollowsUpdates", testAppendFollowsUpdates},
 		{"Append/Concurrent", testAppendConcurrent},
+		{"Append/StartedInOrder", testAppendStartedInOrder},
 		{"Events/AppendGapless", testEventAppendGapless},
 		{"Events/AppendUnknownUser", testEventAppendUnknownUser},
 		{"Events/Read", testEventsRead},
