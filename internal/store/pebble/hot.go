@@ -49,11 +49,19 @@ type hotUser struct {
 
 const noHour = math.MinInt64
 
-// convHead is one conversation as AppendMessage needs it.
+// convHead is one conversation as AppendMessage needs it: the conversation and its members
+// as readers see them (Conversation, Members), and what is stored of the rows that
+// AppendMessage does not rewrite. The conversation row is stored with a max_seq and an
+// activity time that may lag behind the newest message, and the newest message's sender's
+// row with positions that may lag behind it: both are implied by that message (txn.newest).
+// Every other member's row is stored as held.
 type convHead struct {
 	conv    store.Conversation
 	members []store.Member // in Members order
 	index   map[string]int // user -> position in members, for large conversations only
+
+	sender       string       // who sent the newest message; "" when none
+	senderStored store.Member // sender's row as stored, if sender is a member
 }
 
 // smallConv is the size up to which a linear scan finds a member faster than a map.
@@ -95,7 +103,7 @@ func (h *hotState) invalidate(key []byte) {
 		return
 	}
 	switch key[0] {
-	case tConversation, tMember, tRoster:
+	case tConversation, tMember, tRoster, tMessage: // a message is the head's newest, or was
 		if id, _, err := readStr(key[1:]); err == nil {
 			h.dropConv(id)
 		} else {
@@ -137,19 +145,31 @@ func (h *hotState) head(ctx context.Context, t *txn, id string) (*convHead, erro
 		return c, nil
 	}
 	h.settle()
-	r := readTx{t}
-	c, err := r.Conversation(ctx, id)
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	c, err := t.storedConversation(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	ms, err := r.Members(ctx, id)
+	ms, err := t.storedMembers(id)
 	if err != nil {
 		return nil, err
 	}
-	head := &convHead{conv: c, members: ms}
+	n, err := t.newest(id)
+	if err != nil {
+		return nil, err
+	}
+	head := &convHead{conv: n.conversation(c), members: ms, sender: n.sender}
+	for i := range ms {
+		if ms[i].UserID == n.sender {
+			head.senderStored = ms[i]
+			ms[i] = n.member(ms[i])
+		}
+	}
 	if len(ms) > smallConv {
 		head.index = make(map[string]int, len(ms))
 		for i, m := range ms {
@@ -233,13 +253,13 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	if err := t.setNew(kk, gk[1:]); err != nil { // gk[1:] is enc(conv) int(seq)
 		return store.Appended{}, err
 	}
+	// The conversation row is not rewritten: the message just written is the newest, and
+	// implies the new max_seq and activity (txn.newest).
 	conv := h.conv
 	conv.MaxSeq, conv.UpdatedAt = m.Seq, max(conv.UpdatedAt, m.CreatedAt)
-	if err := t.setKnown(convKey(t.key[:0], conv.ID), encodeConversation(t.enc[:0], conv), encodeConversation(w.scratch.prev[:0], h.conv)); err != nil {
-		return store.Appended{}, err
-	}
 	res := store.Appended{Message: m, Events: make([]store.Delivery, len(h.members))}
 	ev := store.Event{Type: store.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+	var senderStored store.Member // the sender is a member: set below
 	for i, mem := range h.members {
 		u := &users[i]
 		ev.UserID = mem.UserID
@@ -247,21 +267,47 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 			return store.Appended{}, err
 		}
 		res.Events[i] = store.Delivery{UserID: mem.UserID, Cursor: u.last}
-		if after, changed := store.AfterAppend(mem, m); changed {
-			if err := t.setKnown(memberKey(t.key[:0], m.ConvID, mem.UserID), encodeMember(t.enc[:0], after), encodeMember(w.scratch.prev[:0], mem)); err != nil {
+		stored, write := memberWrite(h, mem, m)
+		if write {
+			after, _ := store.AfterAppend(mem, m)
+			if err := t.setKnown(memberKey(t.key[:0], m.ConvID, mem.UserID), encodeMember(t.enc[:0], after), encodeMember(w.scratch.prev[:0], stored)); err != nil {
 				return store.Appended{}, err
 			}
+			stored = after
+		}
+		if mem.UserID == m.SenderID {
+			senderStored = stored
 		}
 	}
 
 	// Every write is in the batch: the hot state follows.
 	w.hot.fresh.add(dedup)
-	h.conv = conv
+	h.conv, h.sender, h.senderStored = conv, m.SenderID, senderStored
 	for i, mem := range h.members {
 		h.members[i], _ = store.AfterAppend(mem, m)
 		w.hot.users[mem.UserID] = users[i]
 	}
 	return res, nil
+}
+
+// memberWrite says whether appending m rewrites member mem's row (mem as Members reads it),
+// and returns the row as stored. The sender's row is written only when it was hidden: its
+// new positions are implied by m, the newest message. The previous newest message's
+// sender's positions were implied by that message, which m replaces, so they are written
+// down. Any other row changes only if the member had hidden the conversation.
+func memberWrite(h *convHead, mem store.Member, m store.Message) (stored store.Member, write bool) {
+	stored = mem
+	if mem.UserID == h.sender {
+		stored = h.senderStored
+	}
+	after, changed := store.AfterAppend(mem, m)
+	switch mem.UserID {
+	case m.SenderID:
+		return stored, stored.Hidden
+	case h.sender:
+		return stored, after != stored
+	}
+	return stored, changed
 }
 
 // appendEvent writes ev as the next event of its user, whose log is *u (advanced here),

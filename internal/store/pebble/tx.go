@@ -113,6 +113,20 @@ func iterEvent(it *pebble.Iterator, prefix []byte, user string) (e store.Event, 
 	return e, v, err
 }
 
+// iterMessage decodes the message under it, an iterator over the conversation's messages
+// (keys prefix followed by int(seq)).
+func iterMessage(it *pebble.Iterator, prefix []byte, convID string) (store.Message, error) {
+	seq, _, err := readInt(it.Key()[len(prefix):])
+	var v []byte
+	if err == nil {
+		v, err = it.ValueAndErr()
+	}
+	if err != nil {
+		return store.Message{}, err
+	}
+	return decodeMessage(v, convID, seq)
+}
+
 // closeIter closes it, reporting its error (an I/O error met while iterating).
 func closeIter(it *pebble.Iterator) error {
 	if err := it.Close(); err != nil {
@@ -242,6 +256,17 @@ func (r readTx) Conversation(ctx context.Context, id string) (store.Conversation
 	if err := t.check(ctx); err != nil {
 		return store.Conversation{}, err
 	}
+	c, err := t.storedConversation(id)
+	if err != nil {
+		return c, err
+	}
+	n, err := t.newest(id)
+	return n.conversation(c), err
+}
+
+// storedConversation reads the conversation row as stored, without what the newest message
+// implies.
+func (t *txn) storedConversation(id string) (store.Conversation, error) {
 	v, found, err := t.getConv(id)
 	if err != nil {
 		return store.Conversation{}, err
@@ -254,6 +279,50 @@ func (r readTx) Conversation(ctx context.Context, id string) (store.Conversation
 		return store.Conversation{}, corrupt(err, "conversation %q", id)
 	}
 	return c, nil
+}
+
+// latest is what a conversation's newest message implies about rows AppendMessage does not
+// rewrite (docs/design.md, "Rows derived from the log"): the conversation's max_seq and
+// latest activity, and its sender's read and delivered positions.
+type latest struct {
+	seq    int64 // 0 when the conversation has no message
+	at     int64
+	sender string
+}
+
+// newest reads the conversation's latest message. Messages are never deleted (a recall
+// rewrites one), so its seq is the conversation's max_seq.
+func (t *txn) newest(convID string) (latest, error) {
+	prefix := appendStr([]byte{tMessage}, convID)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return latest{}, err
+	}
+	var n latest
+	if it.Last() {
+		m, err := iterMessage(it, prefix, convID)
+		if err != nil {
+			return latest{}, errors.Join(corrupt(err, "messages of conversation %q", convID), it.Close())
+		}
+		n = latest{seq: m.Seq, at: m.CreatedAt, sender: m.SenderID}
+	}
+	return n, closeIter(it)
+}
+
+// conversation returns c with its max_seq and activity raised to what the newest message
+// says.
+func (n latest) conversation(c store.Conversation) store.Conversation {
+	c.MaxSeq, c.UpdatedAt = max(c.MaxSeq, n.seq), max(c.UpdatedAt, n.at)
+	return c
+}
+
+// member returns m with its positions raised to the newest message if m sent it: sending
+// reads and receives one's own message, and AppendMessage leaves that to be implied.
+func (n latest) member(m store.Member) store.Member {
+	if n.sender == m.UserID && n.seq > 0 {
+		m.ReadSeq, m.DeliveredSeq = max(m.ReadSeq, n.seq), max(m.DeliveredSeq, n.seq)
+	}
+	return m
 }
 
 // getConv reads the conversation row, from the cache when this transaction has it.
@@ -319,6 +388,17 @@ func (r readTx) Member(ctx context.Context, convID, userID string) (store.Member
 	if err := t.check(ctx); err != nil {
 		return store.Member{}, err
 	}
+	m, err := t.storedMember(convID, userID)
+	if err != nil {
+		return m, err
+	}
+	n, err := t.newest(convID) // an iterator: t.val keeps the row for AdvancePositions
+	return n.member(m), err
+}
+
+// storedMember reads the member row as stored, without what the newest message implies;
+// t.val holds the encoded row on return.
+func (t *txn) storedMember(convID, userID string) (store.Member, error) {
 	t.key = memberKey(t.key[:0], convID, userID)
 	v, found, err := t.get(t.key)
 	if err != nil {
@@ -340,6 +420,19 @@ func (r readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	if err := t.check(ctx); err != nil {
 		return nil, err
 	}
+	ms, err := t.storedMembers(convID)
+	if err != nil {
+		return nil, err
+	}
+	n, err := t.newest(convID)
+	for i := range ms {
+		ms[i] = n.member(ms[i])
+	}
+	return ms, err
+}
+
+// storedMembers reads the conversation's member rows as stored, in Members order.
+func (t *txn) storedMembers(convID string) ([]store.Member, error) {
 	prefix := appendStr([]byte{tRoster}, convID)
 	it, err := t.iter(prefix, prefixEnd(prefix))
 	if err != nil {
@@ -358,7 +451,7 @@ func (r readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	}
 	ms := make([]store.Member, 0, len(users))
 	for _, user := range users {
-		m, err := r.Member(ctx, convID, user)
+		m, err := t.storedMember(convID, user)
 		if err != nil {
 			return nil, err // a roster entry without its row is corrupt, not "not found"
 		}
@@ -395,18 +488,22 @@ func (r readTx) Memberships(ctx context.Context, userID string) ([]store.Members
 	}
 	var out []store.Membership
 	for _, conv := range convs {
-		m, err := r.Member(ctx, conv, userID)
+		m, err := t.storedMember(conv, userID)
 		if err != nil {
 			return nil, err // the index entry exists exactly when the member row does
 		}
-		c, err := r.Conversation(ctx, conv)
+		c, err := t.storedConversation(conv)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, store.Membership{Member: m, Conversation: c})
+		n, err := t.newest(conv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.Membership{Member: n.member(m), Conversation: n.conversation(c)})
 	}
 	return out, nil
 }
@@ -589,15 +686,7 @@ func (r readTx) Messages(ctx context.Context, convID string, mr store.MessageRan
 		step, valid = it.Prev, it.Last() // newest first, so that the limit keeps the latest
 	}
 	for ; valid && len(ms) < mr.Limit; valid = step() {
-		seq, _, err := readInt(it.Key()[len(prefix):])
-		var v []byte
-		if err == nil {
-			v, err = it.ValueAndErr()
-		}
-		var m store.Message
-		if err == nil {
-			m, err = decodeMessage(v, convID, seq)
-		}
+		m, err := iterMessage(it, prefix, convID)
 		if err != nil {
 			return nil, errors.Join(corrupt(err, "messages of conversation %q", convID), it.Close())
 		}

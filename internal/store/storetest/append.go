@@ -412,3 +412,100 @@ func testAppendAfterReopen(t *testing.T, h Harness) {
 	}
 	wantDeliveries(t, "after reopen", res, store.Delivery{UserID: "alice", Cursor: 3}, store.Delivery{UserID: "bob", Cursor: 3})
 }
+
+// testAppendRowsAfterSends holds a backend that leaves rows to be implied by the newest
+// message (the conversation's max_seq and activity, its sender's positions) to what readers
+// must see all the same: Conversation, Member, Members and Memberships agree with the rows a
+// backend that rewrites them on every send would hold, across runs of sends by one member,
+// a change of sender, a member who had hidden the conversation, positions advanced below
+// and above what a send implies, a rename read and written back by an Update, and a reopen.
+func testAppendRowsAfterSends(t *testing.T, h Harness) {
+	dir := t.TempDir()
+	s := h.Open(t, Config{Dir: dir})
+	appendFixture(t, s)
+	at := int64(1_800_000_000_000) // after the fixture conversation's creation
+	send := func(sender string) int64 {
+		t.Helper()
+		at += 10
+		m := newAppend("c1", sender, fmt.Sprintf("%s-%d", sender, at))
+		m.CreatedAt = at
+		return mustAppend(t, s, m).Message.Seq
+	}
+	type pos struct{ read, delivered int64 }
+	check := func(what string, maxSeq int64, alice, bob pos, bobHidden bool) {
+		t.Helper()
+		view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+			c, err := tx.Conversation(ctx, "c1")
+			if err != nil || c.MaxSeq != maxSeq || c.UpdatedAt != at {
+				t.Errorf("%s: conversation %+v, %v; want MaxSeq %d, UpdatedAt %d", what, c, err, maxSeq, at)
+			}
+			want := map[string]pos{"alice": alice, "bob": bob}
+			ms, err := tx.Members(ctx, "c1")
+			if err != nil || len(ms) != 2 {
+				return fmt.Errorf("%s: members %+v, %v", what, ms, err)
+			}
+			for _, m := range ms {
+				one, err := tx.Member(ctx, "c1", m.UserID)
+				if err != nil || one != m {
+					t.Errorf("%s: Member(%s) = %+v, %v; Members has %+v", what, m.UserID, one, err, m)
+				}
+				if got := (pos{m.ReadSeq, m.DeliveredSeq}); got != want[m.UserID] || m.Hidden != (m.UserID == "bob" && bobHidden) {
+					t.Errorf("%s: %s read/delivered %+v hidden %v, want %+v hidden %v", what, m.UserID, got, m.Hidden, want[m.UserID], m.UserID == "bob" && bobHidden)
+				}
+				ships, err := tx.Memberships(ctx, m.UserID)
+				if err != nil || len(ships) != 1 || ships[0].Member != m || ships[0].Conversation != c {
+					t.Errorf("%s: Memberships(%s) = %+v, %v; want %+v in %+v", what, m.UserID, ships, err, m, c)
+				}
+			}
+			return nil
+		})
+	}
+	advance := func(user string, read, delivered int64) {
+		t.Helper()
+		update(t, s, func(ctx context.Context, tx store.Tx) error {
+			_, _, err := tx.AdvancePositions(ctx, "c1", user, read, delivered)
+			return err
+		})
+	}
+
+	send("alice")
+	send("alice")
+	send("alice")
+	check("three sends by alice", 3, pos{3, 3}, pos{0, 0}, false)
+	advance("alice", 1, 2) // below what her sends imply: nothing moves back
+	check("alice advanced below her sends", 3, pos{3, 3}, pos{0, 0}, false)
+	advance("bob", 0, 3)
+	send("bob")
+	check("then one by bob", 4, pos{3, 3}, pos{4, 4}, false)
+	update(t, s, func(ctx context.Context, tx store.Tx) error { // bob hides the conversation
+		m, err := tx.Member(ctx, "c1", "bob")
+		m.Hidden = true
+		if err == nil {
+			err = tx.PutMember(ctx, m)
+		}
+		return err
+	})
+	check("bob hid it", 4, pos{3, 3}, pos{4, 4}, true)
+	send("bob")
+	check("bob sent while hidden", 5, pos{3, 3}, pos{5, 5}, false)
+	send("alice")
+	update(t, s, func(ctx context.Context, tx store.Tx) error { // a rename, read and written back
+		c, err := tx.Conversation(ctx, "c1")
+		c.Name = "renamed"
+		if err == nil {
+			err = tx.UpdateConversation(ctx, c)
+		}
+		return err
+	})
+	advance("alice", 9, 9) // above: positions are the members' to move on
+	check("alice sent, a rename, alice read ahead", 6, pos{9, 9}, pos{5, 5}, false)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	s = h.Open(t, Config{Dir: dir})
+	check("after a reopen", 6, pos{9, 9}, pos{5, 5}, false)
+	if seq := send("bob"); seq != 7 {
+		t.Errorf("send after reopen got seq %d, want 7", seq)
+	}
+	check("bob sent after the reopen", 7, pos{9, 9}, pos{7, 7}, false)
+}

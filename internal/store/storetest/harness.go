@@ -62,6 +62,7 @@ func harnessTests() []struct {
 		{"Lifecycle/ReopenKeepsEverything", testReopenKeepsEverything},
 		{"Lifecycle/KeptTxIsRefused", testKeptTxIsRefused},
 		{"Lifecycle/AppendAfterReopen", testAppendAfterReopen},
+		{"Append/RowsAfterSends", testAppendRowsAfterSends},
 		{"Lifecycle/DurableAcrossKill", testDurableAcrossKill},
 		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
 		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
