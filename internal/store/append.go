@@ -33,7 +33,7 @@ var ErrNotMember = fmt.Errorf("%w: no such conversation or not a member", ErrNot
 type Appended struct {
 	Message   Message    // as stored: Seq assigned; on a duplicate, the original message
 	Duplicate bool       // the message was stored before; nothing was written now
-	Events    []Delivery // the events appended, in the order of Members; nil on a duplicate
+	Events    []Delivery // the events appended, in the order of Members; nil on a duplicate and in a read-fanout conversation
 }
 
 // PendingAppend is an append that Store.StartAppend has queued.
@@ -78,13 +78,16 @@ func AppendTx(ctx context.Context, tx Tx, m Message) (Appended, error) {
 	}
 	// Membership by one lookup before reading every member: a non-member's refusal then
 	// costs the same for a large group as for a missing conversation.
-	if _, err := tx.Member(ctx, m.ConvID, m.SenderID); errors.Is(err, ErrNotFound) {
+	sender, err := tx.Member(ctx, m.ConvID, m.SenderID)
+	if errors.Is(err, ErrNotFound) {
 		return Appended{}, ErrNotMember
 	} else if err != nil {
 		return Appended{}, err
 	}
-	members, err := tx.Members(ctx, c.ID)
-	if err != nil {
+	var members []Member
+	if c.ReadFanout() {
+		members = []Member{sender} // no event, and no other member's row: see Conversation.ReadFrom
+	} else if members, err = tx.Members(ctx, c.ID); err != nil {
 		return Appended{}, err
 	}
 	m.Seq = c.MaxSeq + 1
@@ -95,14 +98,16 @@ func AppendTx(ctx context.Context, tx Tx, m Message) (Appended, error) {
 	if err := tx.UpdateConversation(ctx, c); err != nil {
 		return Appended{}, err
 	}
-	res := Appended{Message: m, Events: make([]Delivery, 0, len(members))}
+	res := Appended{Message: m}
 	for _, mem := range members {
-		ev := Event{UserID: mem.UserID, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
-		cursor, err := tx.AppendEvent(ctx, ev)
-		if err != nil {
-			return Appended{}, fmt.Errorf("append message event for %s: %w", mem.UserID, err)
+		if !c.ReadFanout() {
+			ev := Event{UserID: mem.UserID, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+			cursor, err := tx.AppendEvent(ctx, ev)
+			if err != nil {
+				return Appended{}, fmt.Errorf("append message event for %s: %w", mem.UserID, err)
+			}
+			res.Events = append(res.Events, Delivery{UserID: mem.UserID, Cursor: cursor})
 		}
-		res.Events = append(res.Events, Delivery{UserID: mem.UserID, Cursor: cursor})
 		if mem, changed := AfterAppend(mem, m); changed {
 			if err := tx.PutMember(ctx, mem); err != nil {
 				return Appended{}, err

@@ -140,7 +140,15 @@ type Conversation struct {
 	MembersCount int
 	CreatedAt    int64 // Unix ms
 	UpdatedAt    int64 // Unix ms of the latest activity (creation, message, membership)
+	// ReadFrom is 0 for a write-fanout conversation, whose every message is an event in
+	// every member's log. A read-fanout conversation (a large group) has the first seq whose
+	// message is stored once and is in no member's log: AppendMessage writes no event for
+	// it, and touches no member row but the sender's (docs/design.md, "Large groups").
+	ReadFrom int64
 }
+
+// ReadFanout reports whether c's messages from now on are stored once, without events.
+func (c Conversation) ReadFanout() bool { return c.ReadFrom > 0 }
 
 // ConversationReader reads conversations.
 type ConversationReader interface {

@@ -135,7 +135,13 @@ func encodeConversation(b []byte, c store.Conversation) []byte {
 	b = appendVarint(b, c.MaxSeq)
 	b = appendVarint(b, int64(c.MembersCount))
 	b = appendVarint(b, c.CreatedAt)
-	return appendVarint(b, c.UpdatedAt)
+	b = appendVarint(b, c.UpdatedAt)
+	if c.ReadFrom != 0 {
+		// Only read-fanout conversations carry it, so a write-fanout row keeps the bytes
+		// of earlier versions and they still read it.
+		b = appendVarint(b, c.ReadFrom)
+	}
+	return b
 }
 
 func decodeConversation(v []byte, id string) (store.Conversation, error) {
@@ -149,6 +155,9 @@ func decodeConversation(v []byte, id string) (store.Conversation, error) {
 	c.MembersCount = int(d.varint())
 	c.CreatedAt = d.varint()
 	c.UpdatedAt = d.varint()
+	if d.err == nil && len(d.b) > 0 {
+		c.ReadFrom = d.varint()
+	}
 	return c, d.done()
 }
 

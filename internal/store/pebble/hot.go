@@ -62,7 +62,16 @@ type convHead struct {
 
 	sender       string       // who sent the newest message; "" when none
 	senderStored store.Member // sender's row as stored, if sender is a member
+	senderIn     bool         // sender is a member
+
+	// rows holds, for a read-fanout conversation (whose members are not all loaded), the
+	// stored rows of the members who sent lately, as they are stored: every write of one of
+	// the conversation's member rows by an Update drops the head, AppendMessage updates it.
+	rows map[string]store.Member
 }
+
+// maxReadRows bounds convHead.rows: past it the rows are forgotten and read again.
+const maxReadRows = 1024
 
 // smallConv is the size up to which a linear scan finds a member faster than a map.
 const smallConv = 8
@@ -155,18 +164,30 @@ func (h *hotState) head(ctx context.Context, t *txn, id string) (*convHead, erro
 	if err != nil {
 		return nil, err
 	}
-	ms, err := t.storedMembers(id)
-	if err != nil {
-		return nil, err
-	}
 	n, err := t.newest(id)
 	if err != nil {
 		return nil, err
 	}
-	head := &convHead{conv: n.conversation(c), members: ms, sender: n.sender}
+	head := &convHead{conv: n.conversation(c), sender: n.sender}
+	if c.ReadFanout() {
+		// Its members are not loaded: a send reads only its sender's row (readRow).
+		head.rows = make(map[string]store.Member)
+		if n.sender != "" {
+			if _, _, err := head.readRow(ctx, t, h.settle, n.sender); err != nil && !errors.Is(err, store.ErrNotMember) {
+				return nil, err
+			}
+		}
+		h.convs[id] = head
+		return head, nil
+	}
+	ms, err := t.storedMembers(id)
+	if err != nil {
+		return nil, err
+	}
+	head.members = ms
 	for i := range ms {
 		if ms[i].UserID == n.sender {
-			head.senderStored = ms[i]
+			head.senderStored, head.senderIn = ms[i], true
 			ms[i] = n.member(ms[i])
 		}
 	}
@@ -179,6 +200,35 @@ func (h *hotState) head(ctx context.Context, t *txn, id string) (*convHead, erro
 	h.convs[id] = head
 	h.members += len(ms)
 	return head, nil
+}
+
+// readRow returns member user's row of a read-fanout conversation as readers see it, and
+// as stored, reading it through t (after settle) when not held. ErrNotMember if user is not
+// a member.
+func (c *convHead) readRow(ctx context.Context, t *txn, settle func(), user string) (mem, stored store.Member, err error) {
+	stored, ok := c.rows[user]
+	if !ok {
+		settle()
+		if err := t.check(ctx); err != nil {
+			return mem, stored, err
+		}
+		stored, err = t.storedMember(c.conv.ID, user)
+		if errors.Is(err, store.ErrNotFound) {
+			return mem, stored, store.ErrNotMember
+		}
+		if err != nil {
+			return mem, stored, err
+		}
+		if len(c.rows) >= maxReadRows {
+			clear(c.rows)
+		}
+		c.rows[user] = stored
+	}
+	if user == c.sender {
+		c.senderStored, c.senderIn = stored, true
+		return latest{seq: c.conv.MaxSeq, sender: user}.member(stored), stored, nil
+	}
+	return stored, stored, nil
 }
 
 // user returns the user's log, reading it through t when not held.
@@ -225,7 +275,16 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	if err != nil {
 		return store.Appended{}, err
 	}
-	if h == nil || h.member(m.SenderID) < 0 {
+	if h == nil {
+		return store.Appended{}, store.ErrNotMember
+	}
+	members := h.members
+	if h.conv.ReadFanout() {
+		// No events, and no row but the sender's and the previous sender's (memberWrite).
+		if members, err = w.readFanoutMembers(ctx, t, h, m.SenderID); err != nil {
+			return store.Appended{}, err
+		}
+	} else if h.member(m.SenderID) < 0 {
 		return store.Appended{}, store.ErrNotMember
 	}
 	users := w.scratch.users[:0]
@@ -257,16 +316,21 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	// implies the new max_seq and activity (txn.newest).
 	conv := h.conv
 	conv.MaxSeq, conv.UpdatedAt = m.Seq, max(conv.UpdatedAt, m.CreatedAt)
-	res := store.Appended{Message: m, Events: make([]store.Delivery, len(h.members))}
+	res := store.Appended{Message: m}
+	if len(users) > 0 {
+		res.Events = make([]store.Delivery, len(users))
+	}
 	ev := store.Event{Type: store.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
 	var senderStored store.Member // the sender is a member: set below
-	for i, mem := range h.members {
-		u := &users[i]
-		ev.UserID = mem.UserID
-		if err := appendEvent(t, u, ev); err != nil {
-			return store.Appended{}, err
+	for i, mem := range members {
+		if i < len(users) { // write fanout: users and members are in the same order
+			u := &users[i]
+			ev.UserID = mem.UserID
+			if err := appendEvent(t, u, ev); err != nil {
+				return store.Appended{}, err
+			}
+			res.Events[i] = store.Delivery{UserID: mem.UserID, Cursor: u.last}
 		}
-		res.Events[i] = store.Delivery{UserID: mem.UserID, Cursor: u.last}
 		stored, write := memberWrite(h, mem, m)
 		if write {
 			after, _ := store.AfterAppend(mem, m)
@@ -278,16 +342,34 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 		if mem.UserID == m.SenderID {
 			senderStored = stored
 		}
+		if h.rows != nil {
+			h.rows[mem.UserID] = stored
+		}
 	}
 
 	// Every write is in the batch: the hot state follows.
 	w.hot.fresh.add(dedup)
-	h.conv, h.sender, h.senderStored = conv, m.SenderID, senderStored
+	h.conv, h.sender, h.senderStored, h.senderIn = conv, m.SenderID, senderStored, true
 	for i, mem := range h.members {
 		h.members[i], _ = store.AfterAppend(mem, m)
 		w.hot.users[mem.UserID] = users[i]
 	}
 	return res, nil
+}
+
+// readFanoutMembers returns the member rows, as readers see them, that appending a message
+// from sender to the read-fanout conversation h may rewrite: the previous newest message's
+// sender's (if a member, and another user) and sender's. ErrNotMember if sender is not one.
+func (w *writer) readFanoutMembers(ctx context.Context, t *txn, h *convHead, sender string) ([]store.Member, error) {
+	var out []store.Member
+	if h.sender != "" && h.sender != sender && h.senderIn {
+		out = append(out, latest{seq: h.conv.MaxSeq, sender: h.sender}.member(h.senderStored))
+	}
+	mem, _, err := h.readRow(ctx, t, w.settle, sender)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, mem), nil
 }
 
 // memberWrite says whether appending m rewrites member mem's row (mem as Members reads it),

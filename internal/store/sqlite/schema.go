@@ -11,7 +11,10 @@ import (
 // to version i+1 (PRAGMA user_version). Steps are append-only: a released step is never
 // edited, a change is a new step.
 func migrations() [][]string {
-	return [][]string{schemaV1()}
+	return [][]string{schemaV1(), {
+		// v2: read fanout (large groups): the first seq stored without events; 0 for write fanout.
+		`ALTER TABLE conversations ADD COLUMN read_from INTEGER NOT NULL DEFAULT 0`,
+	}}
 }
 
 // schemaV1 is the initial schema.

@@ -72,7 +72,7 @@ func (t readTx) Conversation(ctx context.Context, id string) (store.Conversation
 // CreateConversation implements store.ConversationWriter.
 func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) error {
 	_, err := t.q.exec(ctx, stCreateConversation, c.ID, c.Type, c.Name, c.OwnerID, c.ReadDetail,
-		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt)
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom)
 	if err != nil {
 		return t.q.fail(err, "create conversation %q", c.ID)
 	}
@@ -82,7 +82,7 @@ func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) e
 // UpdateConversation implements store.ConversationWriter.
 func (t writeTx) UpdateConversation(ctx context.Context, c store.Conversation) error {
 	res, err := t.q.exec(ctx, stUpdateConversation, c.Type, c.Name, c.OwnerID, c.ReadDetail,
-		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ID)
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.ID)
 	return t.expectOne(res, err, "update conversation %q", c.ID)
 }
 
@@ -339,7 +339,7 @@ func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, erro
 func scanConversation(r rowScanner) (store.Conversation, error) {
 	var c store.Conversation
 	err := r.Scan(&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt)
+		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom)
 	return c, err
 }
 
@@ -356,7 +356,7 @@ func scanMembership(r rowScanner) (store.Membership, error) {
 	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
 		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden,
 		&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt)
+		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom)
 	return m, err
 }
 

@@ -509,3 +509,98 @@ func testAppendRowsAfterSends(t *testing.T, h Harness) {
 	}
 	check("bob sent after the reopen", 7, pos{9, 9}, pos{7, 7}, false)
 }
+
+// testAppendReadFanout holds AppendMessage to Conversation.ReadFrom: a conversation that
+// switches to read fanout keeps one gapless seq across the switch; its messages from
+// ReadFrom on are stored once, with no event in any member's log; only the sender's row
+// changes (its positions, its hidden flag), never another member's; non-members are
+// refused and duplicates found as in write fanout; all of it survives a reopen.
+func testAppendReadFanout(t *testing.T, h Harness) {
+	dir := t.TempDir()
+	s := h.Open(t, Config{Dir: dir})
+	appendFixture(t, s)
+	createUsers(t, s, "dave")
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		return tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: "carol", Ordinal: 3, JoinedAt: 1})
+	})
+	before := mustAppend(t, s, newAppend("c1", "alice", "w1"))
+	if len(before.Events) != 3 {
+		t.Fatalf("write-fanout append events = %+v, want one per member", before.Events)
+	}
+	update(t, s, func(ctx context.Context, tx store.Tx) error { // the switch, and bob hides it
+		c, err := tx.Conversation(ctx, "c1")
+		if err != nil {
+			return err
+		}
+		c.ReadFrom = c.MaxSeq + 1
+		if err := tx.UpdateConversation(ctx, c); err != nil {
+			return err
+		}
+		m, err := tx.Member(ctx, "c1", "bob")
+		m.Hidden = true
+		if err == nil {
+			err = tx.PutMember(ctx, m)
+		}
+		return err
+	})
+	var seqs []int64
+	for i, sender := range []string{"alice", "alice", "bob", "carol", "bob"} {
+		res := mustAppend(t, s, newAppend("c1", sender, fmt.Sprint("r", i)))
+		if res.Events != nil || res.Duplicate {
+			t.Errorf("read-fanout append %d = %+v, want no events", i, res)
+		}
+		seqs = append(seqs, res.Message.Seq)
+	}
+	if !slices.Equal(seqs, []int64{2, 3, 4, 5, 6}) {
+		t.Errorf("seqs across the switch = %v, want 2..6", seqs)
+	}
+	if res := mustAppend(t, s, newAppend("c1", "bob", "r2")); !res.Duplicate || res.Message.Seq != 4 {
+		t.Errorf("retry in read fanout = %+v, want the original seq 4", res)
+	}
+	_, err := s.AppendMessage(t.Context(), newAppend("c1", "dave", "x"))
+	wantErr(t, "non-member in read fanout", err, store.ErrNotMember)
+
+	check := func(what string) {
+		t.Helper()
+		view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+			c, err := tx.Conversation(ctx, "c1")
+			if err != nil || c.MaxSeq != 6 || c.ReadFrom != 2 || !c.ReadFanout() {
+				t.Errorf("%s: conversation %+v, %v; want MaxSeq 6, ReadFrom 2", what, c, err)
+			}
+			for _, u := range []string{"alice", "bob", "carol"} {
+				evs, err := tx.Events(ctx, u, 0, 10)
+				if err != nil || len(evs) != 1 || evs[0].Seq != 1 {
+					t.Errorf("%s: %s's events = %+v, %v; want only the write-fanout message", what, u, evs, err)
+				}
+			}
+			want := map[string][3]int64{"alice": {3, 3, 0}, "bob": {6, 6, 0}, "carol": {5, 5, 0}}
+			ms, err := tx.Members(ctx, "c1")
+			if err != nil {
+				return err
+			}
+			for _, m := range ms {
+				got := [3]int64{m.ReadSeq, m.DeliveredSeq, 0}
+				if m.Hidden {
+					got[2] = 1
+				}
+				if got != want[m.UserID] {
+					t.Errorf("%s: %s read, delivered, hidden = %v, want %v", what, m.UserID, got, want[m.UserID])
+				}
+			}
+			got, err := tx.Messages(ctx, "c1", store.MessageRange{AfterSeq: 0, Limit: 10})
+			if err != nil || !slices.Equal(seqsOf(got), []int64{1, 2, 3, 4, 5, 6}) {
+				t.Errorf("%s: history %v, %v", what, seqsOf(got), err)
+			}
+			return nil
+		})
+	}
+	check("after the appends")
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	s = h.Open(t, Config{Dir: dir})
+	check("after a reopen")
+	if res := mustAppend(t, s, newAppend("c1", "carol", "after")); res.Message.Seq != 7 || res.Events != nil {
+		t.Errorf("append after reopen = %+v, want seq 7 and no events", res)
+	}
+}

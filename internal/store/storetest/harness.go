@@ -63,6 +63,7 @@ func harnessTests() []struct {
 		{"Lifecycle/KeptTxIsRefused", testKeptTxIsRefused},
 		{"Lifecycle/AppendAfterReopen", testAppendAfterReopen},
 		{"Append/RowsAfterSends", testAppendRowsAfterSends},
+		{"Append/ReadFanout", testAppendReadFanout},
 		{"Lifecycle/DurableAcrossKill", testDurableAcrossKill},
 		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
 		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
