@@ -63,8 +63,9 @@ type Delivery struct {
 
 // AppendTx is AppendMessage built from a transaction's row methods, for a backend whose
 // Updates are serializable (one writer): reading MaxSeq and writing MaxSeq+1 inside one
-// transaction is then atomic. m.Seq is ignored; m.MsgID must be new.
-func AppendTx(ctx context.Context, tx Tx, m Message) (Appended, error) {
+// transaction is then atomic. m.Seq is ignored; m.MsgID must be new. nextMark returns the
+// store's next mark (MarkReader) inside tx, for a read-fanout conversation.
+func AppendTx(ctx context.Context, tx Tx, m Message, nextMark func() (int64, error)) (Appended, error) {
 	if orig, err := tx.MessageByClientID(ctx, m.SenderID, m.ClientMsgID); err == nil {
 		return Appended{Message: orig, Duplicate: true}, nil
 	} else if !errors.Is(err, ErrNotFound) {
@@ -95,6 +96,11 @@ func AppendTx(ctx context.Context, tx Tx, m Message) (Appended, error) {
 		return Appended{}, err
 	}
 	c.MaxSeq, c.UpdatedAt = m.Seq, max(c.UpdatedAt, m.CreatedAt)
+	if c.ReadFanout() {
+		if c.Mark, err = nextMark(); err != nil {
+			return Appended{}, err
+		}
+	}
 	if err := tx.UpdateConversation(ctx, c); err != nil {
 		return Appended{}, err
 	}

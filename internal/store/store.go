@@ -91,6 +91,7 @@ type ReadTx interface {
 	UserReader
 	ConversationReader
 	MemberReader
+	MarkReader
 	MessageReader
 	EventReader
 }
@@ -145,6 +146,9 @@ type Conversation struct {
 	// message is stored once and is in no member's log: AppendMessage writes no event for
 	// it, and touches no member row but the sender's (docs/design.md, "Large groups").
 	ReadFrom int64
+	// Mark is, for a read-fanout conversation, the store-wide change mark of its latest
+	// message (MarkReader); 0 before its first one.
+	Mark int64
 }
 
 // ReadFanout reports whether c's messages from now on are stored once, without events.
@@ -182,6 +186,17 @@ type Member struct {
 type Membership struct {
 	Member
 	Conversation Conversation
+}
+
+// MarkReader finds what changed in a user's read-fanout conversations. The store keeps one
+// change counter, the mark: every message appended to a read-fanout conversation gives the
+// conversation the next mark, in the same commit, so that a reader that has seen mark M
+// has seen every change with a lower one (docs/design.md, "Large groups").
+type MarkReader interface {
+	// ReadFanoutChanges returns userID's memberships of read-fanout conversations whose
+	// Mark is above after, with the conversation (as Conversation reads it), and the
+	// store's latest mark, the position to ask from next time.
+	ReadFanoutChanges(ctx context.Context, userID string, after int64) (changed []Membership, mark int64, err error)
 }
 
 // MemberReader reads memberships.

@@ -137,9 +137,9 @@ func encodeConversation(b []byte, c store.Conversation) []byte {
 	b = appendVarint(b, c.CreatedAt)
 	b = appendVarint(b, c.UpdatedAt)
 	if c.ReadFrom != 0 {
-		// Only read-fanout conversations carry it, so a write-fanout row keeps the bytes
+		// Only read-fanout conversations carry these, so a write-fanout row keeps the bytes
 		// of earlier versions and they still read it.
-		b = appendVarint(b, c.ReadFrom)
+		b = appendVarint(appendVarint(b, c.ReadFrom), c.Mark)
 	}
 	return b
 }
@@ -156,7 +156,7 @@ func decodeConversation(v []byte, id string) (store.Conversation, error) {
 	c.CreatedAt = d.varint()
 	c.UpdatedAt = d.varint()
 	if d.err == nil && len(d.b) > 0 {
-		c.ReadFrom = d.varint()
+		c.ReadFrom, c.Mark = d.varint(), d.varint()
 	}
 	return c, d.done()
 }

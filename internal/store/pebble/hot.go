@@ -68,6 +68,9 @@ type convHead struct {
 	// stored rows of the members who sent lately, as they are stored: every write of one of
 	// the conversation's member rows by an Update drops the head, AppendMessage updates it.
 	rows map[string]store.Member
+	// stored is a read-fanout conversation's row as stored: AppendMessage rewrites it there,
+	// for its mark.
+	stored store.Conversation
 }
 
 // maxReadRows bounds convHead.rows: past it the rows are forgotten and read again.
@@ -171,7 +174,7 @@ func (h *hotState) head(ctx context.Context, t *txn, id string) (*convHead, erro
 	head := &convHead{conv: n.conversation(c), sender: n.sender}
 	if c.ReadFanout() {
 		// Its members are not loaded: a send reads only its sender's row (readRow).
-		head.rows = make(map[string]store.Member)
+		head.rows, head.stored = make(map[string]store.Member), c
 		if n.sender != "" {
 			if _, _, err := head.readRow(ctx, t, h.settle, n.sender); err != nil && !errors.Is(err, store.ErrNotMember) {
 				return nil, err
@@ -316,6 +319,20 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	// implies the new max_seq and activity (txn.newest).
 	conv := h.conv
 	conv.MaxSeq, conv.UpdatedAt = m.Seq, max(conv.UpdatedAt, m.CreatedAt)
+	if conv.ReadFanout() {
+		// The conversation takes the next mark (store.MarkReader), written beside it.
+		conv.Mark = w.lastMark + 1
+		if err := t.setKnown(convKey(t.key[:0], conv.ID), encodeConversation(t.enc[:0], conv), encodeConversation(w.scratch.prev[:0], h.stored)); err != nil {
+			return store.Appended{}, err
+		}
+		var prev []byte
+		if w.lastMark > 0 {
+			prev = appendVarint(w.scratch.prev[:0], w.lastMark)
+		}
+		if err := t.write([]byte{tMark}, appendVarint(t.enc[:0], conv.Mark), prev, w.lastMark > 0); err != nil {
+			return store.Appended{}, err
+		}
+	}
 	res := store.Appended{Message: m}
 	if len(users) > 0 {
 		res.Events = make([]store.Delivery, len(users))
@@ -350,6 +367,9 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 	// Every write is in the batch: the hot state follows.
 	w.hot.fresh.add(dedup)
 	h.conv, h.sender, h.senderStored, h.senderIn = conv, m.SenderID, senderStored, true
+	if conv.ReadFanout() {
+		h.stored, w.lastMark = conv, conv.Mark
+	}
 	for i, mem := range h.members {
 		h.members[i], _ = store.AfterAppend(mem, m)
 		w.hot.users[mem.UserID] = users[i]

@@ -66,6 +66,8 @@ const (
 	tEventByTime  byte = 't'
 	tEventByHour  byte = 'h'
 	tVersion      byte = 'v'
+	tReadFanout   byte = 'R' // R enc(user) enc(conv): the user is a member of a read-fanout conversation
+	tMark         byte = 'x' // x: the store's latest mark (store.MarkReader)
 )
 
 // layoutVersion is the version of the key layout and value encoding stored under key v.
@@ -149,6 +151,10 @@ func memberKey(b []byte, conv, user string) []byte {
 
 func rosterKey(b []byte, conv, user string) []byte {
 	return appendStr(appendStr(append(b, tRoster), conv), user)
+}
+
+func readFanoutKey(b []byte, user, conv string) []byte {
+	return appendStr(appendStr(append(b, tReadFanout), user), conv)
 }
 
 func memberByUserKey(b []byte, user, conv string) []byte {

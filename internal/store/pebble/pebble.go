@@ -219,6 +219,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := db.Flush(); err != nil {
 		return nil, errors.Join(fmt.Errorf("pebble: flush after recovery: %w", err), db.Close())
 	}
+	lastMark, err := (&txn{r: db}).lastMark()
+	if err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
 	sync := pebble.Sync
 	if opts.Relaxed {
 		sync = pebble.NoSync
@@ -232,6 +236,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.w = &writer{
 		db: db, sync: sync, onCommit: opts.OnCommit,
 		publish: s.publish, failed: &s.failed, hot: newHotState(opts.dedupRotateAt),
+		lastMark: lastMark,
 	}
 	go func() {
 		defer close(s.writerDone)

@@ -372,6 +372,11 @@ func (w writeTx) UpdateConversation(ctx context.Context, c store.Conversation) e
 	if !found {
 		return notFound("update conversation %q", c.ID)
 	}
+	was, err := decodeConversation(prev, c.ID)
+	if err != nil {
+		return corrupt(err, "conversation %q", c.ID)
+	}
+	prev = slices.Clone(prev)
 	t.key = convKey(t.key[:0], c.ID)
 	t.enc = encodeConversation(t.enc[:0], c)
 	if err := t.set(t.key, t.enc, prev, true); err != nil {
@@ -379,7 +384,98 @@ func (w writeTx) UpdateConversation(ctx context.Context, c store.Conversation) e
 		return err
 	}
 	t.cacheConv(c.ID, t.enc)
+	if was.ReadFanout() != c.ReadFanout() {
+		return t.indexReadFanout(c.ID, c.ReadFanout())
+	}
 	return nil
+}
+
+// indexReadFanout adds (on) or removes every member of the conversation to or from the
+// index of read-fanout memberships (key R), when the conversation switches mode.
+func (t *txn) indexReadFanout(convID string, on bool) error {
+	ms, err := t.storedMembers(convID)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := t.setReadFanout(m.UserID, convID, on); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setReadFanout writes or removes the index entry of user's membership of the read-fanout
+// conversation convID.
+func (t *txn) setReadFanout(user, convID string, on bool) error {
+	t.key = readFanoutKey(t.key[:0], user, convID)
+	_, found, err := t.get(t.key)
+	switch {
+	case err != nil || found == on:
+		return err
+	case on:
+		return t.set(t.key, nil, nil, false)
+	}
+	return t.del(t.key, nil)
+}
+
+// ReadFanoutChanges implements store.MarkReader.
+func (r readTx) ReadFanoutChanges(ctx context.Context, userID string, after int64) ([]store.Membership, int64, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return nil, 0, err
+	}
+	prefix := appendStr([]byte{tReadFanout}, userID)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return nil, 0, err
+	}
+	var convs []string
+	for valid := it.First(); valid; valid = it.Next() {
+		conv, _, err := readStr(it.Key()[len(prefix):])
+		if err != nil {
+			return nil, 0, errors.Join(corrupt(err, "read-fanout memberships of user %q", userID), it.Close())
+		}
+		convs = append(convs, conv)
+	}
+	if err := closeIter(it); err != nil {
+		return nil, 0, err
+	}
+	var out []store.Membership
+	for _, conv := range convs {
+		c, err := t.storedConversation(conv)
+		if err != nil {
+			return nil, 0, err // the index entry exists exactly when the member row does
+		}
+		if c.Mark <= after {
+			continue
+		}
+		m, err := t.storedMember(conv, userID)
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := t.newest(conv)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, store.Membership{Member: n.member(m), Conversation: n.conversation(c)})
+	}
+	mark, err := t.lastMark()
+	return out, mark, err
+}
+
+// lastMark reads the store's latest mark (0 before the first).
+func (t *txn) lastMark() (int64, error) {
+	v, found, err := t.get([]byte{tMark})
+	if err != nil || !found {
+		return 0, err
+	}
+	d := decoder{b: v}
+	mark := d.varint()
+	if err := d.done(); err != nil {
+		return 0, corrupt(err, "the latest mark")
+	}
+	return mark, nil
 }
 
 // Member implements store.MemberReader.
@@ -533,7 +629,16 @@ func (w writeTx) PutMember(ctx context.Context, m store.Member) error {
 		return err
 	}
 	t.key = rosterKey(t.key[:0], m.ConvID, m.UserID)
-	return t.set(t.key, nil, nil, false)
+	if err := t.set(t.key, nil, nil, false); err != nil {
+		return err
+	}
+	c, err := t.storedConversation(m.ConvID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !c.ReadFanout() {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return t.setReadFanout(m.UserID, m.ConvID, true)
 }
 
 // AdvancePositions implements store.MemberWriter. The single writer serializes it with
@@ -579,7 +684,10 @@ func (w writeTx) DeleteMember(ctx context.Context, convID, userID string) error 
 		return err
 	}
 	t.key = rosterKey(t.key[:0], convID, userID)
-	return t.del(t.key, nil)
+	if err := t.del(t.key, nil); err != nil {
+		return err
+	}
+	return t.setReadFanout(userID, convID, false)
 }
 
 // Message implements store.MessageReader.

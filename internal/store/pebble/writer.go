@@ -41,6 +41,9 @@ type writer struct {
 	bufs    txnBufs // scratch buffers handed from one request's txn to the next
 	hot     hotState
 	scratch appendScratch
+	// lastMark is the store's latest mark (store.MarkReader), as the batch being built has
+	// it: read at Open, raised by each append to a read-fanout conversation.
+	lastMark int64
 }
 
 var _ groupcommit.Builder = (*writer)(nil)

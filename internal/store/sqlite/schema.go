@@ -14,6 +14,11 @@ func migrations() [][]string {
 	return [][]string{schemaV1(), {
 		// v2: read fanout (large groups): the first seq stored without events; 0 for write fanout.
 		`ALTER TABLE conversations ADD COLUMN read_from INTEGER NOT NULL DEFAULT 0`,
+	}, {
+		// v3: the mark of a read-fanout conversation's latest message (store.MarkReader);
+		// the store's latest mark is the highest, found by the index.
+		`ALTER TABLE conversations ADD COLUMN mark INTEGER NOT NULL DEFAULT 0`,
+		`CREATE INDEX conversations_by_mark ON conversations (mark)`,
 	}}
 }
 

@@ -229,7 +229,7 @@ func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appen
 // runs them in the order they were queued, which is the order of the StartAppend calls.
 func (s *Store) StartAppend(ctx context.Context, m store.Message) (store.PendingAppend, error) {
 	return s.q.StartAppend(ctx, false, func(tx store.Tx) (store.Appended, error) {
-		return store.AppendTx(ctx, tx, m)
+		return store.AppendTx(ctx, tx, m, func() (int64, error) { return tx.(writeTx).lastMark(ctx, 1) })
 	})
 }
 

@@ -72,7 +72,7 @@ func (t readTx) Conversation(ctx context.Context, id string) (store.Conversation
 // CreateConversation implements store.ConversationWriter.
 func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) error {
 	_, err := t.q.exec(ctx, stCreateConversation, c.ID, c.Type, c.Name, c.OwnerID, c.ReadDetail,
-		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom)
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.Mark)
 	if err != nil {
 		return t.q.fail(err, "create conversation %q", c.ID)
 	}
@@ -82,7 +82,7 @@ func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) e
 // UpdateConversation implements store.ConversationWriter.
 func (t writeTx) UpdateConversation(ctx context.Context, c store.Conversation) error {
 	res, err := t.q.exec(ctx, stUpdateConversation, c.Type, c.Name, c.OwnerID, c.ReadDetail,
-		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.ID)
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.Mark, c.ID)
 	return t.expectOne(res, err, "update conversation %q", c.ID)
 }
 
@@ -124,6 +124,30 @@ func (t readTx) Memberships(ctx context.Context, userID string) ([]store.Members
 		return nil, t.q.fail(err, "memberships of user %q", userID)
 	}
 	return ms, nil
+}
+
+// ReadFanoutChanges implements store.MarkReader.
+func (t readTx) ReadFanoutChanges(ctx context.Context, userID string, after int64) ([]store.Membership, int64, error) {
+	rows, err := t.q.query(ctx, stReadFanoutChanges, userID, after)
+	if err != nil {
+		return nil, 0, t.q.fail(err, "read-fanout changes of user %q", userID)
+	}
+	ms, err := collect(rows, scanMembership)
+	if err != nil {
+		return nil, 0, t.q.fail(err, "read-fanout changes of user %q", userID)
+	}
+	mark, err := t.lastMark(ctx, 0)
+	return ms, mark, err
+}
+
+// lastMark returns the store's latest mark plus add: the highest mark of any conversation
+// (one seek at the end of conversations_by_mark).
+func (t readTx) lastMark(ctx context.Context, add int64) (int64, error) {
+	var mark int64
+	if err := t.q.queryRow(ctx, stLastMark).Scan(&mark); err != nil {
+		return 0, t.q.fail(err, "the latest mark")
+	}
+	return mark + add, nil
 }
 
 // PutMember implements store.MemberWriter.
@@ -339,7 +363,7 @@ func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, erro
 func scanConversation(r rowScanner) (store.Conversation, error) {
 	var c store.Conversation
 	err := r.Scan(&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom)
+		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark)
 	return c, err
 }
 
@@ -356,7 +380,7 @@ func scanMembership(r rowScanner) (store.Membership, error) {
 	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
 		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden,
 		&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom)
+		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark)
 	return m, err
 }
 

@@ -604,3 +604,103 @@ func testAppendReadFanout(t *testing.T, h Harness) {
 		t.Errorf("append after reopen = %+v, want seq 7 and no events", res)
 	}
 }
+
+// testReadFanoutMarks holds MarkReader to its contract: each append to a read-fanout
+// conversation takes the next mark, appends elsewhere take none, a user's changes are the
+// read-fanout conversations they are a member of (joining adds one, leaving removes it,
+// a switch adds every member) whose mark is above the one asked from, and marks go on
+// rising after a reopen.
+func testReadFanoutMarks(t *testing.T, h Harness) {
+	dir := t.TempDir()
+	s := h.Open(t, Config{Dir: dir})
+	createUsers(t, s, "alice", "bob", "carol", "dave")
+	members := map[string][]string{"c1": {"alice", "bob"}, "c2": {"alice", "carol"}, "c3": {"alice", "bob"}}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		for _, id := range []string{"c1", "c2", "c3"} {
+			c := newConversation(id)
+			c.MaxSeq = 0
+			if err := tx.CreateConversation(ctx, c); err != nil {
+				return err
+			}
+			for i, u := range members[id] {
+				if err := tx.PutMember(ctx, store.Member{ConvID: id, UserID: u, Ordinal: int64(i + 1), JoinedAt: 1}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	toRead := func(id string) {
+		t.Helper()
+		update(t, s, func(ctx context.Context, tx store.Tx) error {
+			c, err := tx.Conversation(ctx, id)
+			if err != nil {
+				return err
+			}
+			c.ReadFrom = c.MaxSeq + 1
+			return tx.UpdateConversation(ctx, c)
+		})
+	}
+	n := 0
+	send := func(conv, sender string) {
+		t.Helper()
+		n++
+		mustAppend(t, s, newAppend(conv, sender, fmt.Sprint("m", n)))
+	}
+	// want: the conversations changed for user after a mark, with their marks; and the mark.
+	want := func(what, user string, after int64, wantMark int64, convs map[string]int64) {
+		t.Helper()
+		view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+			got, mark, err := tx.ReadFanoutChanges(ctx, user, after)
+			if err != nil {
+				return err
+			}
+			gotConvs := map[string]int64{}
+			for _, ms := range got {
+				gotConvs[ms.ConvID] = ms.Conversation.Mark
+				one, err := tx.Member(ctx, ms.ConvID, user)
+				c, err2 := tx.Conversation(ctx, ms.ConvID)
+				if err != nil || err2 != nil || one != ms.Member || c != ms.Conversation || ms.UserID != user {
+					t.Errorf("%s: change %+v disagrees with Member %+v and Conversation %+v (%v, %v)", what, ms, one, c, err, err2)
+				}
+			}
+			if mark != wantMark || !reflect.DeepEqual(gotConvs, convs) {
+				t.Errorf("%s: ReadFanoutChanges(%s, %d) = %v, mark %d; want %v, mark %d", what, user, after, gotConvs, mark, convs, wantMark)
+			}
+			return nil
+		})
+	}
+	none := map[string]int64{}
+
+	send("c1", "alice")
+	want("before any read fanout", "alice", 0, 0, none)
+	toRead("c1")
+	want("switched, no message yet", "alice", 0, 0, none)
+	send("c1", "bob")
+	want("one read-fanout message", "alice", 0, 1, map[string]int64{"c1": 1})
+	want("the sender too", "bob", 0, 1, map[string]int64{"c1": 1})
+	want("not a member", "carol", 0, 1, none)
+	want("nothing after the latest mark", "alice", 1, 1, none)
+	toRead("c2")
+	send("c2", "carol")
+	send("c3", "bob") // write fanout: no mark
+	want("two conversations", "alice", 0, 2, map[string]int64{"c1": 1, "c2": 2})
+	want("after the first mark", "alice", 1, 2, map[string]int64{"c2": 2})
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: "dave", Ordinal: 3, JoinedAt: 2}); err != nil {
+			return err
+		}
+		return tx.DeleteMember(ctx, "c1", "bob")
+	})
+	want("joined", "dave", 0, 2, map[string]int64{"c1": 1})
+	want("left", "bob", 0, 2, none)
+	send("c1", "dave")
+	want("a third mark", "alice", 2, 3, map[string]int64{"c1": 3})
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	s = h.Open(t, Config{Dir: dir})
+	want("after a reopen", "alice", 0, 3, map[string]int64{"c1": 3, "c2": 2})
+	send("c2", "alice")
+	want("marks go on rising", "carol", 3, 4, map[string]int64{"c2": 4})
+}

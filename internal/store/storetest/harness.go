@@ -64,6 +64,7 @@ func harnessTests() []struct {
 		{"Lifecycle/AppendAfterReopen", testAppendAfterReopen},
 		{"Append/RowsAfterSends", testAppendRowsAfterSends},
 		{"Append/ReadFanout", testAppendReadFanout},
+		{"Append/ReadFanoutMarks", testReadFanoutMarks},
 		{"Lifecycle/DurableAcrossKill", testDurableAcrossKill},
 		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
 		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
