@@ -136,6 +136,11 @@ type SyncResponse struct {
 	Cursor  int64       `json:"cursor"`
 	Events  []SyncEvent `json:"events"`
 	HasMore bool        `json:"has_more"`
+	// Mark is the position among read-fanout changes (section 10), to send with the next
+	// sync; Conversations are the caller's read-fanout conversations with a message since
+	// the mark given, as briefs (absent when none).
+	Mark          int64               `json:"mark"`
+	Conversations []ConversationBrief `json:"conversations,omitempty"`
 }
 
 // Receipts answers GET /v1/conversations/{id}/receipts.

@@ -79,6 +79,7 @@ type Frame struct {
 // SyncParams are the params of the "sync" op.
 type SyncParams struct {
 	Cursor *int64 `json:"cursor"`
+	Mark   int64  `json:"mark"` // the mark of the last sync (section 10); 0 asks for every read-fanout conversation that has a message
 	Limit  int    `json:"limit"`
 }
 

@@ -49,6 +49,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&n.Chat.RecallWindow, "recall-window", n.Chat.RecallWindow, "how long a sender may recall a message")
 	fs.DurationVar(&n.Chat.EventRetention, "event-retention", n.Chat.EventRetention, "how long sync events are kept (older cursors get 410)")
 	fs.IntVar(&n.Chat.MaxGroupMembers, "max-group-members", n.Chat.MaxGroupMembers, "largest group")
+	fs.IntVar(&n.Chat.WriteFanoutMax, "write-fanout-max", n.Chat.WriteFanoutMax, "largest group whose messages go into every member's sync log; a larger one switches to read fanout")
 	fs.DurationVar(&n.Chat.DefaultTokenTTL, "token-ttl", n.Chat.DefaultTokenTTL, "default lifetime of a device token")
 	fs.DurationVar(&n.Gateway.HeartbeatInterval, "heartbeat", n.Gateway.HeartbeatInterval, "WebSocket ping interval")
 	fs.DurationVar(&n.Gateway.IdleTimeout, "idle-timeout", n.Gateway.IdleTimeout, "close a WebSocket silent for this long")

@@ -204,6 +204,15 @@ func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store
 			return err
 		}
 	}
+	if c.Type == protocol.TypeGroup && !c.ReadFanout() && len(members) > s.cfg.WriteFanoutMax {
+		// The group outgrew write fanout: from its next message on, messages are stored
+		// once and members learn of them by the sync mark. It never switches back. The
+		// conv_updated events below tell every member's devices.
+		c.ReadFrom = c.MaxSeq + 1
+		if err := tx.UpdateConversation(ctx, c); err != nil {
+			return err
+		}
+	}
 	for i, m := range append(slices.Clip(members), removed...) {
 		b, err := brief(ctx, tx, c, m, members)
 		if err != nil {

@@ -93,6 +93,9 @@ func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.M
 		Fanout: protocol.FanoutWrite, MaxSeq: c.MaxSeq, ReadSeq: m.ReadSeq, DeliveredSeq: m.DeliveredSeq,
 		ClearedSeq: m.ClearedSeq, Unread: max(0, c.MaxSeq-max(m.ReadSeq, vf)), UpdatedAt: c.UpdatedAt,
 	}
+	if c.ReadFanout() {
+		b.Fanout = protocol.FanoutRead
+	}
 	if c.MaxSeq > vf {
 		last, err := tx.Message(ctx, c.ID, c.MaxSeq)
 		if err != nil {

@@ -79,6 +79,13 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 		return ack, err
 	}
+	if len(res.Events) == 0 {
+		// Read fanout (a write-fanout message is at least the sender's event): no member's
+		// log has it; their long-polls are woken to read the conversation's new mark.
+		s.hub.Notify(res.Message.ConvID)
+		s.obs.MessageStored(s.now().Sub(p.start), false)
+		return ackOf(res.Message, false), nil
+	}
 	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)), &res.Message)
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated

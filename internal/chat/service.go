@@ -21,8 +21,12 @@ import (
 type Config struct {
 	RecallWindow    time.Duration // how long a sender may recall a message; default 24h
 	EventRetention  time.Duration // how long sync events are kept; default 30 days
-	MaxGroupMembers int           // largest group; default 500 (larger groups need read fanout)
+	MaxGroupMembers int           // largest group; default 500 until large groups are served live
 	DefaultTokenTTL time.Duration // default 30 days
+	// WriteFanoutMax is the largest group whose messages are events in every member's log;
+	// a group that grows past it switches to read fanout for good (docs/design.md, "Large
+	// groups"). Default 500.
+	WriteFanoutMax int
 }
 
 // DefaultConfig returns the defaults of docs/protocol.md.
@@ -32,6 +36,7 @@ func DefaultConfig() Config {
 		EventRetention:  30 * 24 * time.Hour,
 		MaxGroupMembers: 500,
 		DefaultTokenTTL: 30 * 24 * time.Hour,
+		WriteFanoutMax:  500,
 	}
 }
 
@@ -46,6 +51,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max group members must be at least 2")
 	case c.DefaultTokenTTL <= 0:
 		return fmt.Errorf("default token ttl must be positive")
+	case c.WriteFanoutMax < 2:
+		return fmt.Errorf("write fanout max must be at least 2")
 	}
 	return nil
 }

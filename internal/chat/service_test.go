@@ -93,7 +93,7 @@ func (e *env) send(t *testing.T, from, conv string) protocol.MessageAck {
 
 func (e *env) allEvents(t *testing.T, user string) []protocol.SyncEvent {
 	t.Helper()
-	resp, err := e.svc.Sync(context.Background(), me(user), 0, 1000, 0)
+	resp, err := e.svc.Sync(context.Background(), me(user), 0, 0, 1000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestSyncLongPollWokenByCommit(t *testing.T) {
 	}
 	got := make(chan protocol.SyncResponse, 1)
 	go func() {
-		resp, err := e.svc.Sync(ctx, me("bob"), cur, 10, 30*time.Second)
+		resp, err := e.svc.Sync(ctx, me("bob"), cur, 0, 10, 30*time.Second)
 		if err != nil {
 			t.Error(err)
 		}
@@ -572,12 +572,12 @@ func TestSyncLongPollWokenByCommit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("long-poll not woken by the commit")
 	}
-	_, err = e.svc.Sync(ctx, me("bob"), cur+5, 10, 0)
+	_, err = e.svc.Sync(ctx, me("bob"), cur+5, 0, 10, 0)
 	wantErr(t, err, chat.ErrConflict)
 	// A cancelled wait returns the empty response.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	resp, err := e.svc.Sync(cctx, me("bob"), cur+1, 10, 5*time.Second)
+	resp, err := e.svc.Sync(cctx, me("bob"), cur+1, 0, 10, 5*time.Second)
 	if err != nil || len(resp.Events) != 0 || resp.Cursor != cur+1 {
 		t.Fatalf("cancelled wait %+v %v", resp, err)
 	}
@@ -590,7 +590,7 @@ func TestSyncPagingAndRetention(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		e.send(t, "alice", conv)
 	}
-	resp, err := e.svc.Sync(ctx, me("bob"), 0, 2, 0)
+	resp, err := e.svc.Sync(ctx, me("bob"), 0, 0, 2, 0)
 	if err != nil || len(resp.Events) != 2 || !resp.HasMore || resp.Cursor != 2 {
 		t.Fatalf("page %+v %v", resp, err)
 	}
@@ -599,13 +599,13 @@ func TestSyncPagingAndRetention(t *testing.T) {
 	if err := e.svc.PruneOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.svc.Sync(ctx, me("bob"), 2, 10, 0)
+	_, err = e.svc.Sync(ctx, me("bob"), 2, 0, 10, 0)
 	wantErr(t, err, chat.ErrGone)
 	snap, err := e.svc.Snapshot(ctx, me("bob"), 0, chat.PageQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err = e.svc.Sync(ctx, me("bob"), snap.Cursor-1, 10, 0)
+	resp, err = e.svc.Sync(ctx, me("bob"), snap.Cursor-1, 0, 10, 0)
 	if err != nil || len(resp.Events) != 1 || resp.Events[0].Type != protocol.EventMessage {
 		t.Fatalf("after prune %+v %v", resp, err)
 	}

@@ -98,47 +98,69 @@ func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.S
 // itself through the hub. If ctx ends while it waits, it returns the empty response and no
 // error (the server is draining or the client left). ErrGone when cursor is older than the
 // retained log, ErrConflict when it is ahead of the latest cursor.
-func (s *Service) Sync(ctx context.Context, me Identity, cursor int64, limit int, wait time.Duration) (protocol.SyncResponse, error) {
+//
+// mark is the position among read-fanout changes the previous sync returned (0 the first
+// time): the response lists the user's read-fanout conversations with a message since, and
+// the new mark. A long-poll also returns as soon as one of them changes.
+func (s *Service) Sync(ctx context.Context, me Identity, cursor, mark int64, limit int, wait time.Duration) (protocol.SyncResponse, error) {
 	switch {
-	case cursor < 0 || limit < 0 || wait < 0:
-		return protocol.SyncResponse{}, invalid("cursor, limit and wait must not be negative")
+	case cursor < 0 || mark < 0 || limit < 0 || wait < 0:
+		return protocol.SyncResponse{}, invalid("cursor, mark, limit and wait must not be negative")
 	case limit == 0:
 		limit = protocol.DefaultSyncLimit
 	}
 	limit = min(limit, protocol.MaxSyncLimit)
 	wait = min(wait, protocol.MaxLongPollSecond*time.Second)
 	if wait == 0 {
-		return s.events(ctx, me.UserID, cursor, limit)
+		return s.events(ctx, me.UserID, cursor, mark, limit, nil)
 	}
 	// Subscribe before reading, so that a commit between the read and the wait still wakes us.
 	sub := s.hub.Subscribe(me.UserID, 4)
 	defer sub.Close()
+	var watched []string // the user's read-fanout conversations, found by the first read
+	resp, err := s.events(ctx, me.UserID, cursor, mark, limit, &watched)
+	watch := s.hub.Watch(watched)
+	defer watch.Close()
+	if err == nil && len(resp.Events) == 0 && len(resp.Conversations) == 0 && len(watched) > 0 {
+		// Read again now that the watch is on: a message between the first read and the
+		// watch woke nobody.
+		resp, err = s.events(ctx, me.UserID, cursor, mark, limit, nil)
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		resp, err := s.events(ctx, me.UserID, cursor, limit)
 		if err != nil && ctx.Err() != nil {
-			return protocol.SyncResponse{Cursor: cursor, Events: []protocol.SyncEvent{}}, nil
+			return protocol.SyncResponse{Cursor: cursor, Mark: mark, Events: []protocol.SyncEvent{}}, nil
 		}
-		if err != nil || len(resp.Events) > 0 {
+		if err != nil || len(resp.Events) > 0 || len(resp.Conversations) > 0 {
 			return resp, err
 		}
 		select {
 		case <-sub.Events():
+		case <-watch.C():
 		case <-sub.Done(): // overflowed (so events exist) or kicked: answer with what is there
-			return s.events(ctx, me.UserID, cursor, limit)
+			return s.events(ctx, me.UserID, cursor, mark, limit, nil)
 		case <-timer.C:
 			return resp, nil
 		case <-ctx.Done():
 			return resp, nil
 		}
+		resp, err = s.events(ctx, me.UserID, cursor, mark, limit, nil)
 	}
 }
 
-// events reads one page of the user's log after cursor.
-func (s *Service) events(ctx context.Context, userID string, cursor int64, limit int) (protocol.SyncResponse, error) {
-	resp := protocol.SyncResponse{Cursor: cursor, Events: []protocol.SyncEvent{}}
+// events reads one page of the user's log after cursor, and the user's read-fanout
+// conversations changed since mark; watched, if not nil, is set to every read-fanout
+// conversation of the user, changed or not (for a long-poll to watch: a conversation the
+// user joins while it waits comes with an event in their log).
+func (s *Service) events(ctx context.Context, userID string, cursor, mark int64, limit int, watched *[]string) (protocol.SyncResponse, error) {
+	resp := protocol.SyncResponse{Cursor: cursor, Mark: mark, Events: []protocol.SyncEvent{}}
 	err := s.view(ctx, "sync", func(tx store.ReadTx) error {
+		if mark >= 0 {
+			if err := readFanoutChanges(ctx, tx, userID, &resp, watched); err != nil {
+				return err
+			}
+		}
 		b, err := tx.Cursors(ctx, userID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -164,6 +186,50 @@ func (s *Service) events(ctx context.Context, userID string, cursor int64, limit
 		return nil
 	})
 	return resp, err
+}
+
+// Events returns up to limit events of the user's log after cursor, as Sync does without
+// waiting, and without the read-fanout conversations (Mark is 0): the WebSocket's catch-up
+// pages.
+func (s *Service) Events(ctx context.Context, me Identity, cursor int64, limit int) (protocol.SyncResponse, error) {
+	if cursor < 0 || limit <= 0 {
+		return protocol.SyncResponse{}, invalid("cursor must not be negative, limit must be positive")
+	}
+	resp, err := s.events(ctx, me.UserID, cursor, -1, min(limit, protocol.MaxSyncLimit), nil)
+	resp.Mark = 0
+	return resp, err
+}
+
+// readFanoutChanges fills resp's mark and conversations from the store's (store.MarkReader),
+// reading from resp.Mark; with watched, it lists every read-fanout conversation of the user
+// there too.
+func readFanoutChanges(ctx context.Context, tx store.ReadTx, userID string, resp *protocol.SyncResponse, watched *[]string) error {
+	from := resp.Mark
+	if watched != nil {
+		from = -1 // all of them, to watch; the briefs are of those changed since resp.Mark
+	}
+	changed, mark, err := tx.ReadFanoutChanges(ctx, userID, from)
+	if err != nil {
+		return err
+	}
+	for _, m := range changed {
+		if watched != nil {
+			*watched = append(*watched, m.ConvID)
+		}
+		if m.Conversation.Mark <= resp.Mark {
+			continue
+		}
+		b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+		if err != nil {
+			return err
+		}
+		resp.Conversations = append(resp.Conversations, b)
+	}
+	if resp.Mark > mark {
+		return fmt.Errorf("%w: mark %d is ahead of the latest mark %d", ErrConflict, resp.Mark, mark)
+	}
+	resp.Mark = mark
+	return nil
 }
 
 // LatestCursor returns the user's highest committed cursor.

@@ -224,7 +224,7 @@ func TestContractShapes(t *testing.T) {
 	})
 	t.Run("SyncResponse and SyncEvent", func(t *testing.T) {
 		resp := n.ok(t, "GET", "/v1/sync?cursor=0", bob, nil)
-		wantKeys(t, "SyncResponse", resp, "cursor", "events", "has_more")
+		wantKeys(t, "SyncResponse", resp, "cursor", "events", "has_more", "mark")
 		evs := arr(t, resp["events"])
 		if len(evs) == 0 || resp["has_more"] != false || num(resp["cursor"]) != num(evs[len(evs)-1]["cursor"]) {
 			t.Fatalf("sync %s", show(resp))

@@ -41,7 +41,7 @@ func awaitPoll(t *testing.T, ch <-chan pollResult, within time.Duration) map[str
 			t.Fatalf("long-poll answered %d %s", res.r.status, res.r.raw)
 		}
 		m := object(t, res.r.raw)
-		wantKeys(t, "SyncResponse", m, "cursor", "events", "has_more")
+		wantKeys(t, "SyncResponse", m, "cursor", "events", "has_more", "mark")
 		return m
 	case <-time.After(within):
 		t.Fatalf("long-poll still waiting after %v", within)

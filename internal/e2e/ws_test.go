@@ -180,7 +180,7 @@ func TestWSOps(t *testing.T) {
 	})
 	t.Run("sync", func(t *testing.T) {
 		r := ws.do("sync", map[string]any{"cursor": 0, "limit": 2})
-		wantKeys(t, "sync reply", r, "id", "code", "cursor", "events", "has_more")
+		wantKeys(t, "sync reply", r, "id", "code", "cursor", "events", "has_more", "mark")
 		evs := arr(t, r["events"])
 		if len(evs) != 2 || num(r["cursor"]) != 2 || r["has_more"] != true {
 			t.Fatalf("sync reply %s", show(r))

@@ -159,6 +159,16 @@ func appendSyncResponse(dst []byte, resp *protocol.SyncResponse) []byte {
 	}
 	dst = append(dst, `],"has_more":`...)
 	dst = strconv.AppendBool(dst, resp.HasMore)
+	dst = append(dst, `,"mark":`...)
+	dst = strconv.AppendInt(dst, resp.Mark, 10)
+	if len(resp.Conversations) > 0 {
+		// Few, and rare (large groups' news): encoding/json is fast enough for them.
+		convs, err := json.Marshal(resp.Conversations)
+		if err != nil {
+			panic(fmt.Sprintf("gateway: encode conversation briefs: %v", err)) // plain structs: cannot fail
+		}
+		dst = append(append(dst, `,"conversations":`...), convs...)
+	}
 	return append(dst, '}')
 }
 

@@ -49,7 +49,7 @@ func TestEncodeReplyGolden(t *testing.T) {
 			name:   "sync",
 			id:     "s",
 			result: protocol.SyncResponse{Cursor: 3, Events: []protocol.SyncEvent{}, HasMore: false},
-			want:   `{"id":"s","code":0,"cursor":3,"events":[],"has_more":false}`,
+			want:   `{"id":"s","code":0,"cursor":3,"events":[],"has_more":false,"mark":0}`,
 		},
 		{
 			name:   "id is escaped",
@@ -249,6 +249,8 @@ func TestAppendSyncResponse(t *testing.T) {
 			{Cursor: 7, Type: protocol.EventConvUpdated, ConvID: "g_1", TS: -1,
 				Data: data(protocol.ConversationBrief{ConvID: "g_1", Name: "Team \"A\" <ops>"})},
 		}},
+		{Cursor: 9, Mark: 3, Events: []protocol.SyncEvent{}, Conversations: []protocol.ConversationBrief{
+			{ConvID: "g_2", Type: protocol.TypeGroup, Name: "All <hands>", Fanout: protocol.FanoutRead, MaxSeq: 5, Unread: 2}}},
 	} {
 		want, err := json.Marshal(resp)
 		if err != nil {

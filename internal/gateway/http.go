@@ -557,6 +557,10 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 	if err != nil {
 		return 0, nil, err
 	}
+	mark, err := queryInt(q, "mark", 0, 0)
+	if err != nil {
+		return 0, nil, err
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(g.drainCtx, cancel)
@@ -570,7 +574,7 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 		g.met.LongPollStarted()
 		defer g.met.LongPollEnded()
 	}
-	resp, err := g.svc.Sync(ctx, me, cursor, int(min(limit, protocol.MaxSyncLimit)),
+	resp, err := g.svc.Sync(ctx, me, cursor, mark, int(min(limit, protocol.MaxSyncLimit)),
 		time.Duration(min(wait, protocol.MaxLongPollSecond))*time.Second)
 	if err != nil {
 		return 0, nil, err

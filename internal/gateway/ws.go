@@ -456,7 +456,7 @@ func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 	case protocol.RecallRequest:
 		return empty{}, svc.Recall(ctx, me, p.ConvID, *p.Seq)
 	case protocol.SyncParams:
-		resp, err := svc.Sync(ctx, me, *p.Cursor, min(p.Limit, protocol.MaxSyncLimit), 0)
+		resp, err := svc.Sync(ctx, me, *p.Cursor, p.Mark, min(p.Limit, protocol.MaxSyncLimit), 0)
 		if resp.Events == nil {
 			resp.Events = []protocol.SyncEvent{}
 		}
@@ -621,7 +621,7 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 	var seen int64
 	for !c.closing() {
 		seen = max(seen, drain(sub))
-		resp, err := c.g.svc.Sync(c.ctx, c.me, *last, protocol.MaxSyncLimit, 0)
+		resp, err := c.g.svc.Events(c.ctx, c.me, *last, protocol.MaxSyncLimit)
 		if err != nil {
 			c.fail(err)
 			return false

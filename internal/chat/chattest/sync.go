@@ -51,7 +51,7 @@ func BenchSync(b *testing.B, open func(b *testing.B) store.Store) {
 func catchUp(ctx context.Context, svc *chat.Service, me chat.Identity, cursor int64) (int, error) {
 	n := 0
 	for {
-		resp, err := svc.Sync(ctx, me, cursor, protocol.MaxSyncLimit, 0)
+		resp, err := svc.Events(ctx, me, cursor, protocol.MaxSyncLimit)
 		if err != nil {
 			return n, err
 		}

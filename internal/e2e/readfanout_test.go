@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/parleychat/parley/internal/server"
+)
+
+// TestReadFanoutGroup: a group larger than --write-fanout-max switches to read fanout: its
+// messages are in no member's log, and every member learns of them by the sync mark,
+// pulled or long-polled, with the unread count, and reads them by history. Messages sent
+// before the switch stay events; one seq runs across it.
+func TestReadFanoutGroup(t *testing.T) {
+	n := start(t, func(c *server.Config) { c.Chat.WriteFanoutMax = 3 })
+	alice, bob := n.user(t, "alice"), n.user(t, "bob")
+	n.user(t, "carol")
+	n.user(t, "dave")
+	g := n.group(t, alice, "small first", false, "bob", "carol")
+	convID := g["conv_id"].(string)
+	if g["fanout"] != "write" {
+		t.Fatalf("a group of 3 with --write-fanout-max 3: fanout %v, want write", g["fanout"])
+	}
+	n.send(t, alice, convID, "before")
+	start := n.latest(t, bob)
+	grown := n.ok(t, "POST", "/v1/conversations/"+convID+"/members", alice, map[string]any{"add": []string{"dave"}})
+	if grown["fanout"] != "read" || num(grown["members_count"]) != 4 {
+		t.Fatalf("grown past the limit: %s, want fanout read", show(grown))
+	}
+	for i := range 3 {
+		if ack := n.send(t, alice, convID, fmt.Sprint("after-", i)); num(ack["seq"]) != int64(i+2) {
+			t.Fatalf("ack %d = %s, want seq %d", i, show(ack), i+2)
+		}
+	}
+
+	sync := func(cursor, mark int64, wait int) map[string]any {
+		t.Helper()
+		return n.ok(t, "GET", fmt.Sprintf("/v1/sync?cursor=%d&mark=%d&wait=%d", cursor, mark, wait), bob, nil)
+	}
+	first := sync(start, 0, 0)
+	for _, ev := range arr(t, first["events"]) {
+		if ev["type"] == "message" {
+			t.Errorf("a read-fanout message reached bob's log: %s", show(ev))
+		}
+	}
+	convs := arr(t, first["conversations"])
+	if len(convs) != 1 || convs[0]["conv_id"] != convID || num(convs[0]["max_seq"]) != 4 ||
+		num(convs[0]["unread"]) != 4 || convs[0]["fanout"] != "read" {
+		t.Fatalf("sync from mark 0: conversations %s, want the group at max_seq 4 with 4 unread", show(convs))
+	}
+	checkBrief(t, "changed conversation", convs[0])
+	mark, cursor := num(first["mark"]), num(first["cursor"])
+	if mark <= 0 {
+		t.Fatalf("mark %d after read-fanout messages", mark)
+	}
+	if again := sync(cursor, mark, 0); again["conversations"] != nil || num(again["mark"]) != mark {
+		t.Fatalf("sync from the latest mark: %s, want no conversations and the same mark", show(again))
+	}
+	if got := seqs(n.history(t, bob, convID, 0)); fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("history %v, want 1..4", got)
+	}
+
+	// A long-poll from the latest mark wakes for the next message, not before.
+	n.ok(t, "POST", "/v1/conversations/"+convID+"/read", bob, map[string]any{"seq": 4})
+	cursor = n.latest(t, bob) // the read is an event in bob's log
+	done := make(chan map[string]any, 1)
+	waiting := n.metric(t, "parley_longpolls_waiting")
+	go func() {
+		r, err := n.request("GET", fmt.Sprintf("/v1/sync?cursor=%d&mark=%d&wait=20", cursor, mark), bob, nil)
+		if err != nil || r.status != http.StatusOK {
+			t.Errorf("long-poll: %v %d %s", err, r.status, r.raw)
+			done <- nil
+			return
+		}
+		done <- object(t, r.raw)
+	}()
+	eventually(t, "the long-poll to wait", func() bool { return n.metric(t, "parley_longpolls_waiting") > waiting })
+	n.send(t, alice, convID, "wake")
+	select {
+	case woke := <-done:
+		convs := arr(t, woke["conversations"])
+		if len(convs) != 1 || num(convs[0]["max_seq"]) != 5 || num(convs[0]["unread"]) != 1 || num(woke["mark"]) <= mark {
+			t.Fatalf("long-poll woke with %s, want the group at max_seq 5, 1 unread, a higher mark", show(woke))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll did not wake for a read-fanout message")
+	}
+	n.fail(t, http.StatusConflict, "GET", fmt.Sprintf("/v1/sync?cursor=%d&mark=%d", cursor, mark+100), bob, nil)
+}
