@@ -124,6 +124,7 @@ type ConvDeletedData struct {
 // sync from once all pages are assembled (section 8.2).
 type SyncSnapshot struct {
 	Cursor        int64                       `json:"cursor"`
+	Mark          int64                       `json:"mark"` // the sync mark at the snapshot's cut (section 10)
 	Conversations []ConversationBrief         `json:"conversations"`
 	Messages      map[string][]Message        `json:"messages"`
 	ReadPositions map[string]map[string]int64 `json:"read_positions"`

@@ -31,13 +31,18 @@ const (
 type pageKey struct {
 	kind   string
 	cursor int64  // snapshot: the cursor of its first page, to sync from afterwards
+	mark   int64  // snapshot: the sync mark of its first page, likewise
 	at     int64  // conversations: updated_at of the last one; members: its ordinal
 	convID string // conversations: conv_id of the last one (ties on updated_at)
 }
 
-// encode returns the token of k: base64url of "kind:cursor:at:conv_id".
+// encode returns the token of k: base64url of "kind:cursor:at:conv_id", and ":mark" when
+// there is a mark (a token without one, as issued before marks existed, means mark 0).
 func (k pageKey) encode() string {
 	raw := fmt.Sprintf("%s:%d:%d:%s", k.kind, k.cursor, k.at, k.convID)
+	if k.mark != 0 {
+		raw += ":" + strconv.FormatInt(k.mark, 10)
+	}
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
@@ -49,11 +54,16 @@ func decodePageKey(token, kind string) (pageKey, error) {
 	if err != nil {
 		return pageKey{}, bad
 	}
-	parts := strings.SplitN(string(raw), ":", 4)
-	if len(parts) != 4 || parts[0] != kind {
+	parts := strings.Split(string(raw), ":") // conv_ids have no ':'
+	if len(parts) != 4 && len(parts) != 5 || parts[0] != kind {
 		return pageKey{}, bad
 	}
 	k := pageKey{kind: kind, convID: parts[3]}
+	if len(parts) == 5 {
+		if k.mark, err = strconv.ParseInt(parts[4], 10, 64); err != nil || k.mark <= 0 {
+			return pageKey{}, bad
+		}
+	}
 	k.cursor, err = strconv.ParseInt(parts[1], 10, 64)
 	if err != nil || k.cursor < 0 {
 		return pageKey{}, bad

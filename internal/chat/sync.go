@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/parleychat/parley/internal/store"
@@ -38,9 +39,15 @@ func (s *Service) Snapshot(ctx context.Context, me Identity, recent int, q PageQ
 			if err != nil {
 				return err
 			}
-			k.cursor = b.Last
+			// The mark at the same cut: read-fanout conversations changed after it come by
+			// the first sync from it (section 10).
+			_, mark, err := tx.ReadFanoutChanges(ctx, me.UserID, math.MaxInt64)
+			if err != nil {
+				return err
+			}
+			k.cursor, k.mark = b.Last, mark
 		}
-		snap.Cursor = k.cursor
+		snap.Cursor, snap.Mark = k.cursor, k.mark
 		rest, err := visibleMemberships(ctx, tx, me.UserID, k)
 		if err != nil {
 			return err

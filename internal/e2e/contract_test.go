@@ -249,7 +249,7 @@ func TestContractShapes(t *testing.T) {
 	})
 	t.Run("SyncSnapshot", func(t *testing.T) {
 		snap := n.ok(t, "GET", "/v1/sync/snapshot", bob, nil)
-		wantKeys(t, "SyncSnapshot", snap, "cursor", "conversations", "messages", "read_positions", "has_more", "next")
+		wantKeys(t, "SyncSnapshot", snap, "cursor", "mark", "conversations", "messages", "read_positions", "has_more", "next")
 		if got, want := num(snap["cursor"]), n.latest(t, bob); got != want {
 			t.Fatalf("snapshot cursor %d, latest %d", got, want)
 		}

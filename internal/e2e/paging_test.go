@@ -192,7 +192,7 @@ func checkSnapshotPages(t *testing.T, n *node, attacker, victim string, ids []st
 	const limit, pageBound = 100, 3 << 20 // one conversation may pass the 1 MiB budget
 	path := "/v1/sync/snapshot?recent=2"
 	first := n.ok(t, "GET", path+fmt.Sprintf("&limit=%d", limit), victim, nil)
-	wantKeys(t, "snapshot", first, append([]string{"cursor", "conversations", "messages", "read_positions"}, pageKeys...)...)
+	wantKeys(t, "snapshot", first, append([]string{"cursor", "mark", "conversations", "messages", "read_positions"}, pageKeys...)...)
 	cursor := num(first["cursor"])
 
 	// While the device pages: a conversation of a later page moves to the top (skipped by

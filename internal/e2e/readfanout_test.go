@@ -55,15 +55,31 @@ func TestReadFanoutGroup(t *testing.T) {
 	if mark <= 0 {
 		t.Fatalf("mark %d after read-fanout messages", mark)
 	}
+	// A new device starts from a snapshot: its mark is the same cut's, on every page.
+	n.group(t, bob, "another, for a second page", false, "carol")
+	snap := n.ok(t, "GET", "/v1/sync/snapshot?limit=1", bob, nil)
+	if num(snap["mark"]) != mark || snap["has_more"] != true {
+		t.Fatalf("snapshot: mark %v has_more %v, want mark %d and a second page", snap["mark"], snap["has_more"], mark)
+	}
+	n.send(t, alice, convID, "between-the-pages") // its mark is after the snapshot's
+	page2 := n.ok(t, "GET", "/v1/sync/snapshot?limit=1&after="+snap["next"].(string), bob, nil)
+	if num(page2["mark"]) != mark || num(page2["cursor"]) != num(snap["cursor"]) {
+		t.Fatalf("second snapshot page: mark %v cursor %v, want the first page's %d and %v", page2["mark"], page2["cursor"], mark, snap["cursor"])
+	}
+	fromSnap := sync(num(snap["cursor"]), mark, 0)
+	if convs := arr(t, fromSnap["conversations"]); len(convs) != 1 || num(convs[0]["max_seq"]) != 5 {
+		t.Fatalf("sync from the snapshot's mark: %s, want the group's message sent between the pages", show(fromSnap))
+	}
+	mark, cursor = num(fromSnap["mark"]), num(fromSnap["cursor"])
 	if again := sync(cursor, mark, 0); again["conversations"] != nil || num(again["mark"]) != mark {
 		t.Fatalf("sync from the latest mark: %s, want no conversations and the same mark", show(again))
 	}
-	if got := seqs(n.history(t, bob, convID, 0)); fmt.Sprint(got) != "[1 2 3 4]" {
-		t.Fatalf("history %v, want 1..4", got)
+	if got := seqs(n.history(t, bob, convID, 0)); fmt.Sprint(got) != "[1 2 3 4 5]" {
+		t.Fatalf("history %v, want 1..5", got)
 	}
 
 	// A long-poll from the latest mark wakes for the next message, not before.
-	n.ok(t, "POST", "/v1/conversations/"+convID+"/read", bob, map[string]any{"seq": 4})
+	n.ok(t, "POST", "/v1/conversations/"+convID+"/read", bob, map[string]any{"seq": 5})
 	cursor = n.latest(t, bob) // the read is an event in bob's log
 	done := make(chan map[string]any, 1)
 	waiting := n.metric(t, "parley_longpolls_waiting")
@@ -81,8 +97,8 @@ func TestReadFanoutGroup(t *testing.T) {
 	select {
 	case woke := <-done:
 		convs := arr(t, woke["conversations"])
-		if len(convs) != 1 || num(convs[0]["max_seq"]) != 5 || num(convs[0]["unread"]) != 1 || num(woke["mark"]) <= mark {
-			t.Fatalf("long-poll woke with %s, want the group at max_seq 5, 1 unread, a higher mark", show(woke))
+		if len(convs) != 1 || num(convs[0]["max_seq"]) != 6 || num(convs[0]["unread"]) != 1 || num(woke["mark"]) <= mark {
+			t.Fatalf("long-poll woke with %s, want the group at max_seq 6, 1 unread, a higher mark", show(woke))
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the long-poll did not wake for a read-fanout message")
