@@ -82,7 +82,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 	if len(res.Events) == 0 {
 		// Read fanout (a write-fanout message is at least the sender's event): no member's
 		// log has it; their long-polls are woken to read the conversation's new mark.
-		s.hub.Notify(res.Message.ConvID)
+		s.hub.NotifyConversation(res.Message.ConvID)
 		s.obs.MessageStored(s.now().Sub(p.start), false)
 		return ackOf(res.Message, false), nil
 	}

@@ -126,7 +126,7 @@ func (s *Service) Sync(ctx context.Context, me Identity, cursor, mark int64, lim
 	defer sub.Close()
 	var watched []string // the user's read-fanout conversations, found by the first read
 	resp, err := s.events(ctx, me.UserID, cursor, mark, limit, &watched)
-	watch := s.hub.Watch(watched)
+	watch := s.hub.WatchConversations(watched)
 	defer watch.Close()
 	if err == nil && len(resp.Events) == 0 && len(resp.Conversations) == 0 && len(watched) > 0 {
 		// Read again now that the watch is on: a message between the first read and the

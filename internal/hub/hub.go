@@ -62,9 +62,9 @@ var (
 // sends (one per member of each conversation) and the subscribes and closes of connecting
 // clients do not all queue on one mutex (BenchmarkPublishFanout).
 type Hub struct {
-	seed    maphash.Seed // of shardOf's hash
-	shards  [hubShards]shard
-	watches watchHub // read-fanout conversations' wake-ups (watch.go)
+	seed   maphash.Seed // of shardOf's hash
+	shards [hubShards]shard
+	convs  convWatches // read-fanout conversations' wake-ups (convwatch.go)
 }
 
 // hubShards is how many shards a hub has: a power of two, well above the number of cores.
@@ -79,7 +79,7 @@ type shard struct {
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{seed: maphash.MakeSeed(), watches: watchHub{seed: maphash.MakeSeed()}}
+	h := &Hub{seed: maphash.MakeSeed(), convs: convWatches{seed: maphash.MakeSeed()}}
 	for i := range h.shards {
 		h.shards[i].subs = make(map[string]map[*Subscription]struct{})
 	}

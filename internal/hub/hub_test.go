@@ -147,13 +147,13 @@ func BenchmarkPublishFanout(b *testing.B) {
 	b.ReportMetric(float64(ended), "ended")
 }
 
-// TestWatchWakesAndCoalesces: a Notify wakes every watch of the conversation and no other,
+// TestConvWatchWakesAndCoalesces: a Notify wakes every watch of the conversation and no other,
 // two Notifies before a watch looks wake it once, and a closed watch is woken no more.
-func TestWatchWakesAndCoalesces(t *testing.T) {
+func TestConvWatchWakesAndCoalesces(t *testing.T) {
 	h := New()
-	a, b := h.Watch([]string{"c1", "c2"}), h.Watch([]string{"c2"})
+	a, b := h.WatchConversations([]string{"c1", "c2"}), h.WatchConversations([]string{"c2"})
 	defer b.Close()
-	woken := func(w *Watch) bool {
+	woken := func(w *ConvWatch) bool {
 		select {
 		case <-w.C():
 			return true
@@ -161,21 +161,21 @@ func TestWatchWakesAndCoalesces(t *testing.T) {
 			return false
 		}
 	}
-	h.Notify("c1")
-	h.Notify("c1")
+	h.NotifyConversation("c1")
+	h.NotifyConversation("c1")
 	if !woken(a) || woken(a) || woken(b) {
 		t.Fatal("c1 must wake a once (coalesced), b not at all")
 	}
-	h.Notify("c2")
+	h.NotifyConversation("c2")
 	if !woken(a) || !woken(b) {
 		t.Fatal("c2 must wake both")
 	}
 	a.Close()
 	a.Close()
-	h.Notify("c1")
-	h.Notify("c2")
+	h.NotifyConversation("c1")
+	h.NotifyConversation("c2")
 	if woken(a) || !woken(b) {
 		t.Fatal("a closed watch is not woken; b still is")
 	}
-	h.Notify("nobody watches this")
+	h.NotifyConversation("nobody watches this")
 }

@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// Watches wake the long-polls of members of read-fanout conversations (large groups): a
+// Conversation watches wake the long-polls of members of read-fanout conversations (large groups): a
 // message there is an event in no member's log, so nothing is published per user; the
-// conversation is notified once instead, and each watch of it is woken. A wake-up carries
+// conversation is notified once instead (NotifyConversation), and each watch of it is woken. A wake-up carries
 // nothing and coalesces: a watch woken twice before it looks is woken once. The watcher
 // then reads what changed from the store (chat.Service.Sync, by the mark).
 
@@ -17,38 +17,38 @@ const watchShards = 64
 
 type watchShard struct {
 	mu      sync.Mutex
-	watches map[string]map[*Watch]struct{} // conversation -> its watches
+	watches map[string]map[*ConvWatch]struct{} // conversation -> its watches
 }
 
-type watchHub struct {
+type convWatches struct {
 	seed   maphash.Seed
 	shards [watchShards]watchShard
 }
 
-func (w *watchHub) shardOf(key string) *watchShard {
+func (w *convWatches) shardOf(key string) *watchShard {
 	return &w.shards[maphash.String(w.seed, key)%watchShards]
 }
 
-// Watch is a wake-up for changes of some conversations.
-type Watch struct {
-	w    *watchHub
+// ConvWatch is a wake-up for changes of some conversations.
+type ConvWatch struct {
+	w    *convWatches
 	keys []string
 	c    chan struct{}
 	once sync.Once
 }
 
-// Watch returns a watch of the conversations keys, woken by every later Notify of one.
-// Close it when done.
-func (h *Hub) Watch(keys []string) *Watch {
-	w := &Watch{w: &h.watches, keys: keys, c: make(chan struct{}, 1)}
+// WatchConversations returns a watch of the conversations keys, woken by every later
+// NotifyConversation of one. Close it when done.
+func (h *Hub) WatchConversations(keys []string) *ConvWatch {
+	w := &ConvWatch{w: &h.convs, keys: keys, c: make(chan struct{}, 1)}
 	for _, k := range keys {
 		sh := w.w.shardOf(k)
 		sh.mu.Lock()
 		m := sh.watches[k]
 		if m == nil {
-			m = make(map[*Watch]struct{})
+			m = make(map[*ConvWatch]struct{})
 			if sh.watches == nil {
-				sh.watches = make(map[string]map[*Watch]struct{})
+				sh.watches = make(map[string]map[*ConvWatch]struct{})
 			}
 			sh.watches[k] = m
 		}
@@ -58,11 +58,11 @@ func (h *Hub) Watch(keys []string) *Watch {
 	return w
 }
 
-// C receives a value after a Notify of one of the watched conversations.
-func (w *Watch) C() <-chan struct{} { return w.c }
+// C receives a value after a NotifyConversation of one of the watched conversations.
+func (w *ConvWatch) C() <-chan struct{} { return w.c }
 
 // Close stops the watch. It is safe to call more than once.
-func (w *Watch) Close() {
+func (w *ConvWatch) Close() {
 	w.once.Do(func() {
 		for _, k := range w.keys {
 			sh := w.w.shardOf(k)
@@ -78,9 +78,9 @@ func (w *Watch) Close() {
 	})
 }
 
-// Notify wakes every watch of conversation key. It never blocks.
-func (h *Hub) Notify(key string) {
-	sh := h.watches.shardOf(key)
+// NotifyConversation wakes every watch of conversation key. It never blocks.
+func (h *Hub) NotifyConversation(key string) {
+	sh := h.convs.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for w := range sh.watches[key] {
