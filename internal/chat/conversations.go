@@ -50,7 +50,7 @@ func (s *Service) createDirect(ctx context.Context, me Identity, peer string) (p
 			{ConvID: id, UserID: me.UserID, JoinedAt: now, Ordinal: 1},
 			{ConvID: id, UserID: peer, JoinedAt: now, Ordinal: 2},
 		}
-		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
+		return s.announce(ctx, tx, ob, c, members, nil, nil, me.UserID, &out)
 	})
 	return out, err
 }
@@ -141,7 +141,7 @@ func (s *Service) createGroup(ctx context.Context, me Identity, req protocol.Cre
 		for i, u := range ids {
 			members[i] = store.Member{ConvID: c.ID, UserID: u, JoinedAt: now, Ordinal: int64(i + 1)}
 		}
-		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
+		return s.announce(ctx, tx, ob, c, members, nil, nil, me.UserID, &out)
 	})
 	return out, err
 }
@@ -197,9 +197,19 @@ func loadUser(ctx context.Context, tx store.ReadTx, id string) (store.User, erro
 // current member and to each removed member, each with the brief as they see it; a removed
 // member's says "removed", so that their devices drop the conversation. It sets *out to the
 // brief of the user `caller`.
-func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, members, removed []store.Member, caller string, out *protocol.ConversationBrief) error {
+//
+// In a group that was read fanout before the change, only the members in joined, the
+// removed ones and the caller are written and told (O(1) writes per join or leave, not
+// O(members)); the others see the new member count in their next brief. joined nil means
+// every member is new or changed (a creation, a rename).
+func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store.Conversation, members, removed []store.Member, joined map[string]bool, caller string, out *protocol.ConversationBrief) error {
 	now := s.nowMS()
+	readBefore := c.ReadFanout()
+	tell := func(user string) bool { return !readBefore || joined == nil || joined[user] || user == caller }
 	for _, m := range members {
+		if !tell(m.UserID) {
+			continue
+		}
 		if err := tx.PutMember(ctx, m); err != nil {
 			return err
 		}
@@ -214,6 +224,9 @@ func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store
 		}
 	}
 	for i, m := range append(slices.Clip(members), removed...) {
+		if i < len(members) && !tell(m.UserID) {
+			continue
+		}
 		b, err := brief(ctx, tx, c, m, members)
 		if err != nil {
 			return err
@@ -290,7 +303,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		if err := tx.UpdateConversation(ctx, c); err != nil {
 			return err
 		}
-		return s.announce(ctx, tx, ob, c, kept, removed, me.UserID, &out)
+		return s.announce(ctx, tx, ob, c, kept, removed, joinedMembers(kept, members), me.UserID, &out)
 	})
 	return out, err
 }
@@ -364,6 +377,21 @@ func applyMembership(c store.Conversation, members []store.Member, req protocol.
 	return kept, removed, changed
 }
 
+// joinedMembers returns the users of kept who were not in members.
+func joinedMembers(kept, members []store.Member) map[string]bool {
+	was := make(map[string]bool, len(members))
+	for _, m := range members {
+		was[m.UserID] = true
+	}
+	joined := make(map[string]bool)
+	for _, m := range kept {
+		if !was[m.UserID] {
+			joined[m.UserID] = true
+		}
+	}
+	return joined
+}
+
 // Rename sets a group's name (owner only). It is a Parley extension of the protocol.
 func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) (protocol.ConversationBrief, error) {
 	if len(name) > maxNameLen {
@@ -392,7 +420,7 @@ func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) 
 		if err != nil {
 			return err
 		}
-		return s.announce(ctx, tx, ob, c, members, nil, me.UserID, &out)
+		return s.announce(ctx, tx, ob, c, members, nil, nil, me.UserID, &out)
 	})
 	return out, err
 }

@@ -104,4 +104,24 @@ func TestReadFanoutGroup(t *testing.T) {
 		t.Fatal("the long-poll did not wake for a read-fanout message")
 	}
 	n.fail(t, http.StatusConflict, "GET", fmt.Sprintf("/v1/sync?cursor=%d&mark=%d", cursor, mark+100), bob, nil)
+
+	// Joining and leaving the read-fanout group: the joiner and the one who leaves are
+	// told, the other members are not (their next brief has the new count).
+	erin := n.user(t, "erin")
+	bobBefore := n.latest(t, bob)
+	n.ok(t, "POST", "/v1/conversations/"+convID+"/members", alice, map[string]any{"add": []string{"erin"}, "remove": []string{"carol"}})
+	if got := n.latest(t, bob); got != bobBefore {
+		t.Errorf("bob's log grew from %d to %d for others joining and leaving a read-fanout group", bobBefore, got)
+	}
+	evs := n.events(t, erin, 0)
+	if len(evs) != 1 || evs[0]["type"] != "conv_updated" || obj(t, evs[0]["data"])["fanout"] != "read" {
+		t.Fatalf("erin's log after joining: %s, want one conv_updated of the read-fanout group", show(evs))
+	}
+	erinSync := n.ok(t, "GET", "/v1/sync?cursor=1&mark=0", erin, nil)
+	if convs := arr(t, erinSync["conversations"]); len(convs) != 1 || num(convs[0]["max_seq"]) != 6 || num(convs[0]["members_count"]) != 4 {
+		t.Fatalf("erin's first sync: %s, want the group, 6 messages, 4 members", show(erinSync))
+	}
+	if b := n.brief(t, bob, convID); num(b["members_count"]) != 4 {
+		t.Errorf("bob's brief after the change: %s, want 4 members", show(b))
+	}
 }
