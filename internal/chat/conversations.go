@@ -305,6 +305,9 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		}
 		return s.announce(ctx, tx, ob, c, kept, removed, joinedMembers(kept, members), me.UserID, &out)
 	})
+	if err == nil {
+		s.counts.drop(convID) // its members changed: counted again when next asked
+	}
 	return out, err
 }
 

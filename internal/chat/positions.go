@@ -40,6 +40,7 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 	}
 	var cur int64
 	var moves bool
+	var after store.Member // the member as the update left it, if it moved
 	err := s.view(ctx, "position", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		cur, moves = target(c, m, seq, p)
@@ -66,8 +67,12 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 		if cur = m.DeliveredSeq; p == readPos {
 			cur = m.ReadSeq
 		}
+		after = m
 		return s.emitPosition(ctx, tx, ob, c, me.UserID, cur, p)
 	})
+	if err == nil && after.UserID != "" {
+		s.counts.advance(convID, me.UserID, after.ReadSeq, after.DeliveredSeq)
+	}
 	return cur, err
 }
 
@@ -111,6 +116,9 @@ func (s *Service) emitPosition(ctx context.Context, tx store.Tx, ob *outbox, c s
 // said before.
 func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq int64) (protocol.Receipts, error) {
 	var r protocol.Receipts
+	var built []store.Member
+	install := s.counts.startBuild(convID) // before the snapshot: see readCounts
+	defer func() { install(built) }()
 	err := s.view(ctx, "receipts", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
@@ -123,9 +131,19 @@ func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq 
 		if err != nil {
 			return err
 		}
+		if !showsReaders(c) {
+			// Counts only: from the members' positions held in memory, in O(log M).
+			if members, read, delivered, ok := s.counts.count(convID, msg.SenderID, seq); ok {
+				r = protocol.Receipts{Seq: seq, MemberCount: members, ReadCount: read, DeliveredCount: delivered}
+				return nil
+			}
+		}
 		members, err := tx.Members(ctx, convID)
 		if err != nil {
 			return err
+		}
+		if !showsReaders(c) {
+			built = members
 		}
 		r = countReceipts(c, msg.SenderID, seq, members)
 		return nil

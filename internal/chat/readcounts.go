@@ -1,0 +1,145 @@
+package chat
+
+import (
+	"sync"
+
+	"github.com/parleychat/parley/internal/rank"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// readCounts answers "read by N of M" for the groups that show counts only (no readers'
+// names), without scanning their members: for each conversation whose receipts were asked
+// for, every member's read and delivered positions, and the two multisets of them
+// (rank.Multiset), so that a count is O(log M). It holds committed positions only: it is
+// built from a read snapshot the first time a conversation is asked for, and then raised by
+// every position change this process commits. Positions only move forward, so applying the
+// larger of two values in any order gives the same state; a build that a change or a member
+// change overtook is thrown away rather than installed. A member change drops the
+// conversation, to be built again. On several nodes (the scale-out issue) the changes other
+// nodes commit will have to reach it too.
+type readCounts struct {
+	mu       sync.Mutex
+	convs    map[string]*convCounts
+	members  int                       // members held by all convs, for the bound
+	building map[string]*buildInFlight // conversations being built, by the builds' count
+}
+
+// maxCountedMembers bounds what readCounts holds (about 100 bytes a member).
+const maxCountedMembers = 1 << 20
+
+type convCounts struct {
+	pos             map[string][2]int64 // user -> read, delivered
+	read, delivered rank.Multiset
+}
+
+type buildInFlight struct {
+	n     int  // builds under way
+	stale bool // a change came meanwhile: their snapshots may miss it
+}
+
+func newReadCounts() *readCounts {
+	return &readCounts{convs: make(map[string]*convCounts), building: make(map[string]*buildInFlight)}
+}
+
+// count returns, for conversation convID, how many members other than sender there are,
+// and how many of them have read and received seq; ok is false if it is not held.
+func (r *readCounts) count(convID, sender string, seq int64) (members, read, delivered int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.convs[convID]
+	if c == nil {
+		return 0, 0, 0, false
+	}
+	members, read, delivered = len(c.pos), c.read.AtLeast(seq), c.delivered.AtLeast(seq)
+	if p, in := c.pos[sender]; in {
+		members--
+		if p[0] >= seq {
+			read--
+		}
+		if p[1] >= seq {
+			delivered--
+		}
+	}
+	return members, read, delivered, true
+}
+
+// startBuild registers a build of convID about to read its members; the returned function
+// installs what was read, unless a change overtook it.
+func (r *readCounts) startBuild(convID string) (install func([]store.Member)) {
+	r.mu.Lock()
+	b := r.building[convID]
+	if b == nil {
+		b = &buildInFlight{}
+		r.building[convID] = b
+	}
+	b.n++
+	r.mu.Unlock()
+	return func(ms []store.Member) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if b.n--; b.n == 0 {
+			delete(r.building, convID)
+		}
+		if ms == nil || b.stale || r.convs[convID] != nil {
+			return
+		}
+		if r.members+len(ms) > maxCountedMembers {
+			for id, c := range r.convs { // arbitrary ones go; they are built again when asked
+				r.members -= len(c.pos)
+				delete(r.convs, id)
+				if r.members+len(ms) <= maxCountedMembers {
+					break
+				}
+			}
+		}
+		c := &convCounts{pos: make(map[string][2]int64, len(ms))}
+		for _, m := range ms {
+			c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
+			c.read.Add(m.ReadSeq)
+			c.delivered.Add(m.DeliveredSeq)
+		}
+		r.convs[convID] = c
+		r.members += len(ms)
+	}
+}
+
+// advance raises user's positions in convID to at least read and delivered, after a commit.
+func (r *readCounts) advance(convID, user string, read, delivered int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.building[convID]; b != nil {
+		b.stale = true
+	}
+	c := r.convs[convID]
+	if c == nil {
+		return
+	}
+	p, in := c.pos[user]
+	if !in {
+		return // not a member when it was built; a member change drops it
+	}
+	if read > p[0] {
+		c.read.Remove(p[0])
+		c.read.Add(read)
+		p[0] = read
+	}
+	if delivered > p[1] {
+		c.delivered.Remove(p[1])
+		c.delivered.Add(delivered)
+		p[1] = delivered
+	}
+	c.pos[user] = p
+}
+
+// drop forgets convID after a member change committed.
+func (r *readCounts) drop(convID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.building[convID]; b != nil {
+		b.stale = true
+	}
+	if c := r.convs[convID]; c != nil {
+		r.members -= len(c.pos)
+		delete(r.convs, convID)
+	}
+}
