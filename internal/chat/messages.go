@@ -48,11 +48,12 @@ func (s *Service) StartSend(ctx context.Context, me Identity, req protocol.SendR
 		ConvID: req.ConvID, MsgID: newID("m_"), ClientMsgID: req.ClientMsgID, SenderID: me.UserID,
 		ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: s.nowMS(),
 	}
+	epoch := s.recent.epoch()
 	p, err := s.st.StartAppend(ctx, m)
 	if err != nil {
 		return PendingSend{}, s.appendErr(ctx, err)
 	}
-	return PendingSend{s: s, ctx: ctx, start: start, convID: req.ConvID, clientMsgID: req.ClientMsgID, appended: p}, nil
+	return PendingSend{s: s, ctx: ctx, start: start, convID: req.ConvID, clientMsgID: req.ClientMsgID, appended: p, epoch: epoch}, nil
 }
 
 // PendingSend is a send that StartSend has queued in the store.
@@ -62,6 +63,7 @@ type PendingSend struct {
 	start               time.Time
 	convID, clientMsgID string
 	appended            store.PendingAppend
+	epoch               uint64 // of s.recent, before the commit
 }
 
 // Wait waits for the send's commit, publishes its events to the hub and returns the ack,
@@ -83,6 +85,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 	if len(res.Events) == 0 {
 		// Read fanout (a write-fanout message is at least the sender's event): no member's
 		// log has it; their long-polls are woken to read the conversation's new mark.
+		s.recent.add(res.Message, p.epoch)
 		s.hub.NotifyConversation(res.Message.ConvID)
 		s.obs.MessageStored(s.now().Sub(p.start), false)
 		return ackOf(res.Message, false), nil
@@ -208,10 +211,19 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 	}
 	q.Limit = min(q.Limit, protocol.MaxPageLimit)
 	var page protocol.MessagesPage
+	epoch := s.recent.epoch()
 	err := s.view(ctx, "history", func(tx store.ReadTx) error {
-		_, m, err := loadConvMember(ctx, tx, convID, me.UserID)
+		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
 			return err
+		}
+		if c.ReadFanout() {
+			// A large group's newest messages, which all its online members pull after a
+			// message, come from memory.
+			if ms, more, ok := s.recent.page(convID, c.MaxSeq, visibleFrom(m), q); ok {
+				page.Messages, page.HasMore = wireMessages(ms), more
+				return nil
+			}
 		}
 		r := store.MessageRange{Floor: visibleFrom(m), AfterSeq: q.AfterSeq, BeforeSeq: q.BeforeSeq, Limit: q.Limit + 1}
 		ms, err := tx.Messages(ctx, convID, r)
@@ -223,6 +235,11 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 				ms = ms[1:] // the extra one is the oldest
 			} else {
 				ms = ms[:q.Limit]
+			}
+		}
+		if c.ReadFanout() && len(ms) > 0 && ms[len(ms)-1].Seq == c.MaxSeq {
+			for _, m := range ms { // the newest messages: later pulls find them in memory
+				s.recent.add(m, epoch)
 			}
 		}
 		page.Messages = wireMessages(ms)
@@ -238,6 +255,7 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 	if seq < 1 {
 		return invalid("seq must be at least 1")
 	}
+	defer s.recent.drop(convID) // after the commit: the recalled message was maybe held
 	return s.update(ctx, "recall", func(tx store.Tx, ob *outbox) error {
 		if _, _, err := loadConvMember(ctx, tx, convID, me.UserID); err != nil {
 			return err

@@ -74,8 +74,9 @@ type Service struct {
 	log    *slog.Logger
 	obs    Observer
 
-	gens   sync.Map    // user id -> int64 token generation, cached after first use
-	counts *readCounts // members' positions of groups whose receipts were asked for
+	gens   sync.Map        // user id -> int64 token generation, cached after first use
+	counts *readCounts     // members' positions of groups whose receipts were asked for
+	recent *recentMessages // the newest messages of active read-fanout conversations
 
 	room func() error // see Options.Room; never nil
 
@@ -117,7 +118,7 @@ type Options struct {
 // New returns a Service. It does not start background work; call RunRetention for that.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		counts: newReadCounts()}
+		counts: newReadCounts(), recent: newRecentMessages()}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
 	}

@@ -1,0 +1,123 @@
+package chat
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// recentMessages keeps the newest messages of each active read-fanout conversation in
+// memory, so that the history pulls a large group's message sets off (every online member
+// fetching it) are answered without reading the messages from the store. It holds
+// committed messages only: a send adds its message after the commit, a recall drops the
+// conversation. Sends commit in seq order but may add their messages in another order, so
+// a conversation's window is served only up to its highest seq below which nothing is
+// missing, and only when the conversation's max_seq (read in the caller's snapshot) is
+// within it.
+type recentMessages struct {
+	mu    sync.Mutex
+	convs map[string]*recentConv
+	// drops counts the drops (recalls): a message read before one may be the version it
+	// changed, so an add whose epoch (the count when its reading began) is older is refused.
+	drops atomic.Uint64
+}
+
+// recentPerConv is how many messages a conversation keeps (the design's "last 200").
+const recentPerConv = 200
+
+// maxRecentConvs bounds how many conversations are held; past it arbitrary ones go.
+const maxRecentConvs = 1024
+
+type recentConv struct {
+	msgs map[int64]store.Message
+	low  int64 // the lowest seq held; the window is low..high
+	high int64 // every seq in low..high is held
+}
+
+func newRecentMessages() *recentMessages {
+	return &recentMessages{convs: make(map[string]*recentConv)}
+}
+
+// epoch returns the value to pass to add for messages about to be read or committed.
+func (r *recentMessages) epoch() uint64 { return r.drops.Load() } // no lock: every send asks
+
+// add records a committed message of a read-fanout conversation, read or committed since
+// epoch. A conversation not held starts with it, and is then served only from its seq on.
+// If a drop came since epoch, the message may be stale: the conversation is dropped again.
+func (r *recentMessages) add(m store.Message, epoch uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if epoch != r.drops.Load() {
+		delete(r.convs, m.ConvID)
+		return
+	}
+	c := r.convs[m.ConvID]
+	if c == nil {
+		if len(r.convs) >= maxRecentConvs {
+			for id := range r.convs {
+				delete(r.convs, id)
+				break
+			}
+		}
+		c = &recentConv{msgs: make(map[int64]store.Message), low: m.Seq, high: m.Seq - 1}
+		r.convs[m.ConvID] = c
+	}
+	if m.Seq < c.low {
+		return // older than the window: the store has it
+	}
+	c.msgs[m.Seq] = m
+	for {
+		if _, ok := c.msgs[c.high+1]; !ok {
+			break
+		}
+		c.high++
+	}
+	for c.high-c.low+1 > recentPerConv {
+		delete(c.msgs, c.low)
+		c.low++
+	}
+}
+
+// drop forgets a conversation (a message of it changed).
+func (r *recentMessages) drop(convID string) {
+	r.mu.Lock()
+	delete(r.convs, convID)
+	r.drops.Add(1)
+	r.mu.Unlock()
+}
+
+// page returns the messages of convID that History answers for q (ascending, and whether
+// there are more), visible above floor, for a conversation whose newest seq is maxSeq; ok
+// is false unless the window holds all of them. Every seq from 1 to max_seq is a stored
+// message (messages are never deleted; a recall keeps the row), so the page's bounds are
+// arithmetic, as the store would find them.
+func (r *recentMessages) page(convID string, maxSeq, floor int64, q HistoryQuery) (ms []store.Message, hasMore, ok bool) {
+	lower, upper := max(q.AfterSeq, floor)+1, maxSeq
+	if q.BeforeSeq > 0 {
+		lower, upper = floor+1, min(q.BeforeSeq-1, maxSeq)
+	}
+	limit := int64(q.Limit)
+	if upper-lower+1 > limit {
+		hasMore = true
+		if q.BeforeSeq > 0 {
+			lower = upper - limit + 1 // the newest of the range
+		} else {
+			upper = lower + limit - 1
+		}
+	}
+	if lower > upper {
+		return []store.Message{}, false, true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.convs[convID]
+	if c == nil || maxSeq > c.high || lower < c.low {
+		return nil, false, false
+	}
+	ms = make([]store.Message, 0, upper-lower+1)
+	for seq := lower; seq <= upper; seq++ {
+		ms = append(ms, c.msgs[seq])
+	}
+	return ms, hasMore, true
+}
