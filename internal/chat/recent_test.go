@@ -11,7 +11,6 @@ import (
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
-	"github.com/parleychat/parley/internal/store/sqlite"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -41,11 +40,7 @@ func (s *countingStore) View(ctx context.Context, fn func(store.ReadTx) error) e
 // the newest message reads no message from the store.
 func TestHistoryOfLargeGroupsFromMemory(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	cs := &countingStore{Store: st}
 	cfg := chat.DefaultConfig()
 	cfg.WriteFanoutMax = 2

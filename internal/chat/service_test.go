@@ -41,12 +41,7 @@ type env struct {
 // newEnv returns a service on a fresh embedded store, with users alice, bob and carol.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	svc := chat.New(chat.Options{
 		Store: st, Hub: hub.New(), Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")),
@@ -57,6 +52,17 @@ func newEnv(t *testing.T) *env {
 		e.user(t, u)
 	}
 	return e
+}
+
+// openStore opens a fresh embedded store, closed at the test's end.
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 func (e *env) user(t *testing.T, id string) chat.Identity {
@@ -762,12 +768,7 @@ func (d *fullDisk) room() error {
 // on a still full disk does not turn the health green; a write once the disk has room does.
 func TestHealthReportsWriteFailureUntilRoom(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	disk := &fullDisk{Store: st}
+	disk := &fullDisk{Store: openStore(t)}
 	svc := chat.New(chat.Options{Store: disk, Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")),
 		Config: chat.DefaultConfig(), Room: disk.room})
 	for _, u := range []string{"alice", "bob"} {
