@@ -43,7 +43,7 @@ func startServer(ctx context.Context, argv, extra []string, stderr io.Writer) (*
 	s := &localServer{Secret: hex.EncodeToString(b[:]), dir: dir, exited: make(chan struct{})}
 	args := append(append([]string{}, argv[1:]...),
 		"--addr", "127.0.0.1:0", "--data", dir, "--admin-secret", s.Secret,
-		"--send-rate", "0", "--request-rate", "0", "--fanout-rate", "0", "--conv-change-every", "0",
+		"--send-rate", "0", "--request-rate", "0", "--fanout-rate", "0", "--history-rate", "0", "--conv-change-every", "0",
 		"--conv-create-every", "0", "--log-level", "warn")
 	args = append(args, extra...)
 	if err := s.start(ctx, exec.Command(argv[0], args...), nil, stderr); err != nil {

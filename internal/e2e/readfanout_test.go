@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -124,4 +125,29 @@ func TestReadFanoutGroup(t *testing.T) {
 	if b := n.brief(t, bob, convID); num(b["members_count"]) != 4 {
 		t.Errorf("bob's brief after the change: %s, want 4 members", show(b))
 	}
+}
+
+// TestHistoryRateLimit: history pages are limited per user across devices (429 with
+// Retry-After once the burst is spent, on any of the user's devices), and another user's
+// pages are not.
+func TestHistoryRateLimit(t *testing.T) {
+	n := start(t, func(c *server.Config) { c.Gateway.HistoryRate, c.Gateway.HistoryBurst = 0.01, 3 })
+	alice := n.user(t, "alice")
+	bob := n.user(t, "bob")
+	convID := n.direct(t, alice, "bob")["conv_id"].(string)
+	laptop := n.Token(t, "alice", "laptop")
+	path := "/v1/conversations/" + convID + "/messages"
+	for i := range 3 {
+		token := alice
+		if i == 2 {
+			token = laptop
+		}
+		n.ok(t, "GET", path, token, nil)
+	}
+	limited := n.call(t, "GET", path, laptop, nil)
+	checkErrorBody(t, "history past the burst", limited, http.StatusTooManyRequests)
+	if ra, err := strconv.Atoi(limited.header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("Retry-After %q, want whole seconds >= 1", limited.header.Get("Retry-After"))
+	}
+	n.ok(t, "GET", path, bob, nil)
 }

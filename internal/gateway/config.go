@@ -68,6 +68,12 @@ type Config struct {
 	// Default a burst of 20, then one per 10 s.
 	ConvCreateEvery time.Duration
 	ConvCreateBurst int
+	// HistoryRate and HistoryBurst limit the history pages one user reads, on all their
+	// devices (per second, token bucket): after a large group's message every online member
+	// may pull it, and the pull delay spreads them; this bounds what one user can make the
+	// server read. HistoryRate 0 turns the limit off. Default 20/s, burst 100.
+	HistoryRate  float64
+	HistoryBurst int
 	// DevLogin enables POST /v1/dev/login, which signs a browser in by user and device name
 	// alone (creating the user if needed). For development on a loopback address only:
 	// cmd/parley refuses it on any other address, and the endpoint answers only requests of
@@ -96,6 +102,8 @@ func DefaultConfig() Config {
 		ConvChangeBurst:   10,
 		ConvCreateEvery:   10 * time.Second,
 		ConvCreateBurst:   20,
+		HistoryRate:       20,
+		HistoryBurst:      100,
 	}
 }
 
@@ -124,7 +132,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("long-polls per user must be at least 1"))
 	}
 	errs = append(errs, validRate("send", c.SendRate, c.SendBurst), validRate("request", c.RequestRate, c.RequestBurst),
-		validRate("fanout", c.FanoutRate, c.FanoutBurst),
+		validRate("fanout", c.FanoutRate, c.FanoutBurst), validRate("history", c.HistoryRate, c.HistoryBurst),
 		validEvery("conversation change", c.ConvChangeEvery, c.ConvChangeBurst),
 		validEvery("conversation creation", c.ConvCreateEvery, c.ConvCreateBurst))
 	return errors.Join(errs...)

@@ -51,6 +51,7 @@ type Gateway struct {
 	fanoutTurns *turns        // one weighed call at a time per device; nil when fanout is off
 	convChanges *limiter      // metadata changes per conversation; nil when off
 	creations   *limiter      // conversations created per user; nil when off
+	historyLim  *limiter      // history pages read per user; nil when off
 	upgrades    atomic.Uint64 // WebSocket upgrades so far, to order a device's connections
 
 	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
@@ -97,6 +98,7 @@ func New(o Options) *Gateway {
 		fanout:      newLimiter(o.Config.FanoutRate, o.Config.FanoutBurst),
 		convChanges: newLimiter(perSecond(o.Config.ConvChangeEvery), o.Config.ConvChangeBurst),
 		creations:   newLimiter(perSecond(o.Config.ConvCreateEvery), o.Config.ConvCreateBurst),
+		historyLim:  newLimiter(o.Config.HistoryRate, o.Config.HistoryBurst),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
 	}

@@ -439,6 +439,9 @@ func (g *Gateway) history(r *http.Request, _ []byte, me chat.Identity) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
+	if ok, wait := g.historyLim.allow(me.UserID, time.Now()); !ok {
+		return 0, nil, &rateLimitError{what: "too many history pages read by this user", retryAfter: retrySeconds(wait)}
+	}
 	page, err := g.svc.History(r.Context(), me, convID, q)
 	if page.Messages == nil {
 		page.Messages = []protocol.Message{}
