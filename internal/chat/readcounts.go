@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"hash/maphash"
 	"sync"
 
 	"github.com/parleychat/parley/internal/rank"
@@ -17,14 +18,24 @@ import (
 // change overtook is thrown away rather than installed. A member change drops the
 // conversation, to be built again. On several nodes (the scale-out issue) the changes other
 // nodes commit will have to reach it too.
+//
+// Every send and read goes through it, so it is split in shards by conversation, each with
+// its own lock, like the hub: no lock is shared by the sends of all conversations.
 type readCounts struct {
+	seed   maphash.Seed
+	shards [countShards]countShard
+}
+
+const countShards = 64
+
+type countShard struct {
 	mu       sync.Mutex
 	convs    map[string]*convCounts
 	members  int                       // members held by all convs, for the bound
 	building map[string]*buildInFlight // conversations being built, by the builds' count
 }
 
-// maxCountedMembers bounds what readCounts holds (about 100 bytes a member).
+// maxCountedMembers bounds what a shard holds (about 100 bytes a member): 64 Mi members in all.
 const maxCountedMembers = 1 << 20
 
 type convCounts struct {
@@ -38,12 +49,21 @@ type buildInFlight struct {
 }
 
 func newReadCounts() *readCounts {
-	return &readCounts{convs: make(map[string]*convCounts), building: make(map[string]*buildInFlight)}
+	r := &readCounts{seed: maphash.MakeSeed()}
+	for i := range r.shards {
+		r.shards[i] = countShard{convs: make(map[string]*convCounts), building: make(map[string]*buildInFlight)}
+	}
+	return r
+}
+
+func (rc *readCounts) shard(convID string) *countShard {
+	return &rc.shards[maphash.String(rc.seed, convID)%countShards]
 }
 
 // count returns, for conversation convID, how many members other than sender there are,
 // and how many of them have read and received seq; ok is false if it is not held.
-func (r *readCounts) count(convID, sender string, seq int64) (members, read, delivered int, ok bool) {
+func (rc *readCounts) count(convID, sender string, seq int64) (members, read, delivered int, ok bool) {
+	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.convs[convID]
@@ -65,7 +85,8 @@ func (r *readCounts) count(convID, sender string, seq int64) (members, read, del
 
 // startBuild registers a build of convID about to read its members; the returned function
 // installs what was read, unless a change overtook it.
-func (r *readCounts) startBuild(convID string) (install func([]store.Member)) {
+func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
+	r := rc.shard(convID)
 	r.mu.Lock()
 	b := r.building[convID]
 	if b == nil {
@@ -104,7 +125,8 @@ func (r *readCounts) startBuild(convID string) (install func([]store.Member)) {
 }
 
 // advance raises user's positions in convID to at least read and delivered, after a commit.
-func (r *readCounts) advance(convID, user string, read, delivered int64) {
+func (rc *readCounts) advance(convID, user string, read, delivered int64) {
+	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.building[convID]; b != nil {
@@ -132,7 +154,8 @@ func (r *readCounts) advance(convID, user string, read, delivered int64) {
 }
 
 // drop forgets convID after a member change committed.
-func (r *readCounts) drop(convID string) {
+func (rc *readCounts) drop(convID string) {
+	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.building[convID]; b != nil {
