@@ -367,7 +367,7 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return c, rw, err
 	}
 	s.hijacked = true
-	return &corkConn{Conn: c}, rw, nil
+	return newCorkConn(c), rw, nil
 }
 
 // code is the status to count: 101 for an upgraded connection, 200 if none was written.

@@ -47,7 +47,7 @@ const closeGrace = time.Second
 func newUpgrader(g *Gateway) websocket.Upgrader {
 	return websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   1024,         // frames larger than this are read through it in pieces
+		ReadBufferSize:   128,          // enough for a control frame; corkConn buffers reads below it
 		WriteBufferPool:  &sync.Pool{}, // idle connections hold no write buffer
 		CheckOrigin:      func(*http.Request) bool { return true },
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
