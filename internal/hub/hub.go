@@ -175,8 +175,8 @@ func (s *Subscription) offer(events []Event) bool {
 	s.mu.Lock()
 	ok := len(s.queue)+len(events) <= s.limit
 	if ok {
-		if s.queue == nil {
-			s.queue = make([]*Event, 0, min(max(len(events), firstQueue), s.limit))
+		if s.queue == nil { // exactly what is needed: most often, one event to an idle subscriber
+			s.queue = make([]*Event, 0, len(events))
 		}
 		for i := range events {
 			s.queue = append(s.queue, &events[i])
@@ -188,10 +188,6 @@ func (s *Subscription) offer(events []Event) bool {
 	}
 	return ok
 }
-
-// firstQueue is the capacity a Watch queue starts with when events arrive: room for a small
-// burst without growing, in 64 bytes.
-const firstQueue = 8
 
 // Kick ends every subscription of userID with ErrKicked.
 func (h *Hub) Kick(userID string) {
