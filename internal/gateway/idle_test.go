@@ -118,7 +118,7 @@ func maskedText(payload string) []byte {
 }
 
 // readBareFrame reads one short unmasked server frame from c.
-func readBareFrame(t *testing.T, c net.Conn) []byte {
+func readBareFrame(t testing.TB, c net.Conn) []byte {
 	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var h [2]byte
