@@ -703,17 +703,15 @@ func (c *wsConn) pushPage(evs []protocol.SyncEvent, buf *[]byte) bool {
 	return true
 }
 
-// subscribed reports whether the hub still serves sub; when it ended it (a revoke, an
-// overflow, shutdown) the connection closes. A long catch-up checks it between pushes, so
-// that a revoke takes effect at once rather than after the catch-up.
+// subscribed reports whether the hub still serves the subscription; when it ended it (a
+// revoke, an overflow, shutdown) the connection closes. A long catch-up checks it between
+// pushes, so that a revoke takes effect at once rather than after the catch-up.
 func (c *wsConn) subscribed() bool {
-	select {
-	case <-c.sub.Done():
-		c.subscriptionEnded(c.sub.Err())
+	if err := c.sub.Err(); err != nil {
+		c.subscriptionEnded(err)
 		return false
-	default:
-		return true
 	}
+	return true
 }
 
 // drain takes every event queued in the subscription and returns the highest cursor among

@@ -96,10 +96,10 @@ func (h *Hub) shardOf(userID string) *shard {
 type Subscription struct {
 	shard  *shard
 	userID string
-	ch     chan *Event // Subscribe's; nil for Watch's
-	notify func()      // Watch's; nil for Subscribe's
-	limit  int         // Watch's: most events queued
-	done   chan struct{}
+	ch     chan *Event   // Subscribe's; nil for Watch's
+	notify func()        // Watch's; nil for Subscribe's
+	limit  int           // Watch's: most events queued
+	done   chan struct{} // Subscribe's; nil for Watch's, whose subscriber is notified instead
 
 	mu    sync.Mutex // guards err and queue; done is closed exactly once, when err is set
 	err   error
@@ -109,19 +109,20 @@ type Subscription struct {
 // Subscribe registers a subscription for userID with room for buffer pending events, which
 // Events delivers.
 func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
-	s := &Subscription{ch: make(chan *Event, max(buffer, 1))}
+	s := &Subscription{ch: make(chan *Event, max(buffer, 1)), done: make(chan struct{})}
 	h.add(userID, s)
 	return s
 }
 
 // Watch registers a subscription for userID that queues up to limit pending events, which
-// Take returns, and calls notify after it has queued events and when it ends. notify runs
-// with the hub's lock held, on the publisher's goroutine: it must return at once and must
-// not call the hub.
+// Take returns, and calls notify after it has queued events and when it ends (Err then says
+// why). notify runs with the hub's lock held, on the publisher's goroutine: it must return
+// at once and must not call the hub.
 //
 // Watch is for a subscriber without a goroutine of its own waiting on a channel (an idle
 // WebSocket). Its queue exists only while events wait, where Subscribe's channel holds its
-// whole buffer for as long as it is open: 2 KiB for 256 events, on every idle connection.
+// whole buffer for as long as it is open (2 KiB for 256 events, on every idle connection),
+// and it has neither Events nor Done channel.
 func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
 	s := &Subscription{limit: max(limit, 1), notify: notify}
 	h.add(userID, s)
@@ -131,7 +132,7 @@ func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
 // add registers s, a new subscription, for userID.
 func (h *Hub) add(userID string, s *Subscription) {
 	sh := h.shardOf(userID)
-	s.shard, s.userID, s.done = sh, userID, make(chan struct{})
+	s.shard, s.userID = sh, userID
 	sh.mu.Lock()
 	m := sh.subs[userID]
 	if m == nil {
@@ -225,7 +226,9 @@ func (sh *shard) endLocked(s *Subscription, err error) {
 	}
 	s.mu.Lock()
 	s.err = err
-	close(s.done)
+	if s.done != nil {
+		close(s.done)
+	}
 	s.mu.Unlock()
 	if s.notify != nil {
 		s.notify()
@@ -255,7 +258,7 @@ func (s *Subscription) Take(spare []*Event) []*Event {
 }
 
 // Done is closed when the subscription ends; Err then says why. Events already buffered
-// stay readable from Events, or Take.
+// stay readable from Events. It is nil for a subscription made by Watch.
 func (s *Subscription) Done() <-chan struct{} { return s.done }
 
 // Err returns why the subscription ended, or nil while it is open.

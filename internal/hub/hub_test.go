@@ -81,7 +81,7 @@ func TestWatch(t *testing.T) {
 	h := New()
 	var notified atomic.Int32
 	w := h.Watch("alice", 3, func() { notified.Add(1) })
-	if w.Events() != nil || w.Take(nil) != nil {
+	if w.Events() != nil || w.Done() != nil || w.Take(nil) != nil {
 		t.Fatal("a new Watch subscription has a channel or queued events")
 	}
 	h.Publish("alice", evs(1, 2))
