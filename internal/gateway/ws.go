@@ -85,15 +85,14 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &wsConn{
-		g:          g,
-		me:         me,
-		sess:       sess,
-		key:        deviceKey{me.UserID, me.DeviceID},
-		cursor:     cursor,
-		done:       make(chan struct{}),
-		readerDone: make(chan struct{}),
-		finished:   make(chan struct{}),
+		g:      g,
+		me:     me,
+		sess:   sess,
+		key:    deviceKey{me.UserID, me.DeviceID},
+		cursor: cursor,
+		done:   make(chan struct{}),
 	}
+	c.finished.Add(1)
 	c.writer.Store(writerRunning) // until run starts the first writer, wake starts none
 	c.sub = g.svc.Hub().Watch(me.UserID, g.cfg.SendQueue, c.wake)
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
@@ -217,8 +216,8 @@ type wsConn struct {
 	closeReason string
 	lastFrame   []byte // written just before the close frame, if not nil
 
-	readerDone chan struct{} // closed when the reader has returned
-	finished   chan struct{} // closed when the writer has finished the connection (finish)
+	finished sync.WaitGroup // done when the writer has finished the connection (finish)
+	grace    *time.Timer    // set by finish: closes the socket if the client's close answer is late
 
 	refusedPings int // pings refused in a row by the request limit; used by the reader only
 
@@ -251,7 +250,9 @@ func (c *wsConn) run() {
 	c.ping = time.AfterFunc(c.g.cfg.HeartbeatInterval, c.pingTick)
 	go c.runWriter()
 	c.readLoop()
-	<-c.finished
+	c.finished.Wait()
+	c.grace.Stop()
+	_ = c.ws.Close()
 }
 
 // guard recovers a panic in one of the connection's goroutines: it is logged and the
@@ -271,7 +272,6 @@ func (c *wsConn) extendDeadline() {
 }
 
 func (c *wsConn) readLoop() {
-	defer close(c.readerDone)
 	// The sends in flight end before the reader does. guard runs first: on a panic it ends
 	// the connection, and an answerer waiting for room in the reply queue stops waiting.
 	defer c.sends.wait()
@@ -600,10 +600,12 @@ func (c *wsConn) write(b []byte) error {
 	return c.ws.WriteMessage(websocket.TextMessage, b)
 }
 
-// finish writes the last frame and the close frame, waits briefly for the client's close
-// answer (or for the reader to end), then closes the socket, which ends the reader.
+// finish writes the last frame and the close frame, then leaves the reader to read the
+// client's close answer and close the socket, which grace does instead if the answer takes
+// longer than closeGrace. (The reader's end needs no channel of its own: an idle connection
+// holds a little less.)
 func (c *wsConn) finish() {
-	defer close(c.finished)
+	defer c.finished.Done()
 	c.ping.Stop()
 	<-c.done
 	_ = c.flush() // frames held when the writer stopped; an error shows below
@@ -613,13 +615,7 @@ func (c *wsConn) finish() {
 		_ = c.ws.WriteMessage(websocket.TextMessage, c.lastFrame)
 	}
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(c.closeCode, c.closeReason), deadline)
-	timer := time.NewTimer(closeGrace)
-	defer timer.Stop()
-	select {
-	case <-c.readerDone:
-	case <-timer.C:
-	}
-	_ = c.ws.Close()
+	c.grace = time.AfterFunc(closeGrace, func() { _ = c.ws.Close() })
 }
 
 // ---- pushes ----
