@@ -126,7 +126,6 @@ func (c *wsConn) serve() {
 	var cancel context.CancelFunc
 	c.ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	defer c.closeAtExpiry()()
 	g.met.ConnectionOpened()
 	defer g.met.ConnectionClosed()
 	g.register(c)
@@ -203,8 +202,12 @@ type wsConn struct {
 	// writer is writerIdle, writerRunning or writerWoken: whether a writer goroutine runs
 	// (see wake).
 	writer  atomic.Int32
-	pingDue atomic.Bool // set by ping's timer; the writer that sends the ping clears it
-	ping    *time.Timer // when to ping next; the writer re-arms it after each ping
+	pingDue atomic.Bool // set by tick; the writer that sends the ping clears it
+	// timer runs tick, which pings and re-checks the token when each is due; nextPing and
+	// nextCheck are tick's own, as times since the gateway's epoch.
+	timer     *time.Timer
+	nextPing  time.Duration
+	nextCheck time.Duration
 	// Used by one writer at a time (wake orders them):
 	cursor *int64 // where to catch up from, until the first writer has
 	last   int64  // the cursor of the last event pushed
@@ -247,7 +250,7 @@ func (c *wsConn) closing() bool {
 // on goroutines of its own. The first writer catches up from the cursor if there is one,
 // or pushes what was committed since serveWS read the latest cursor.
 func (c *wsConn) run() {
-	c.ping = time.AfterFunc(c.g.cfg.HeartbeatInterval, c.pingTick)
+	c.startTimer()
 	go c.runWriter()
 	c.readLoop()
 	c.finished.Wait()
@@ -349,35 +352,37 @@ func (c *wsConn) closeUnauthorized(err error) {
 	}
 }
 
-// closeAtExpiry closes the connection when its token expires, even if the client sends
-// nothing, and returns the function that stops watching. The service's clock decides: the
-// timer only says when to look again. An AfterFunc, not a goroutine, so that an idle
-// connection stays small.
-func (c *wsConn) closeAtExpiry() (stop func()) {
-	var (
-		mu      sync.Mutex // guards stopped, and orders t's assignment before the callback
-		t       *time.Timer
-		stopped bool
-	)
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(0, func() {
+// startTimer starts the connection's one timer (tick): a first look at the token at once,
+// the first ping after HeartbeatInterval. One timer for both, rather than a ticker for pings
+// and another timer for the expiry, because every idle connection holds them.
+func (c *wsConn) startTimer() {
+	c.nextPing = time.Since(c.g.epoch) + c.g.cfg.HeartbeatInterval
+	c.timer = time.AfterFunc(time.Hour, c.tick) // set before tick can run, which resets it
+	c.timer.Reset(0)
+}
+
+// tick closes the connection once its token no longer holds, even if the client sends
+// nothing, and has the writer ping when a ping is due; then it sets the timer for whichever
+// comes next. The service's clock decides when the token expires: the timer only says when
+// to look again. Timer functions run one at a time here: each sets the timer for the next.
+func (c *wsConn) tick() {
+	now := time.Since(c.g.epoch)
+	if now >= c.nextCheck {
 		left, err := c.g.svc.CheckSession(c.ctx, c.sess)
 		if err != nil {
 			c.closeUnauthorized(err)
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(left)
-		}
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
+		c.nextCheck = now + left
+	}
+	if now >= c.nextPing {
+		c.nextPing = now + c.g.cfg.HeartbeatInterval
+		c.pingDue.Store(true)
+		c.wake()
+	}
+	c.timer.Reset(min(c.nextCheck, c.nextPing) - now)
+	if c.closing() {
+		c.timer.Stop() // finish may have stopped it before the Reset: it must not keep c alive
 	}
 }
 
@@ -536,7 +541,6 @@ func (c *wsConn) writeAll() (open bool) {
 				c.close(CloseTooSlow, "write failed", nil)
 				return false
 			}
-			c.ping.Reset(c.g.cfg.HeartbeatInterval)
 		}
 		// What was taken last time is handed back, emptied, to take the next in: a busy
 		// connection allocates nothing here, and an idle one keeps neither slice.
@@ -552,12 +556,6 @@ func (c *wsConn) writeAll() (open bool) {
 		}
 	}
 	return false
-}
-
-// pingTick is the ping timer's function: the writer sends the ping.
-func (c *wsConn) pingTick() {
-	c.pingDue.Store(true)
-	c.wake()
 }
 
 // hold makes the frames written until the next flush (writeWaiting's, or pushPage's) go out
@@ -606,7 +604,7 @@ func (c *wsConn) write(b []byte) error {
 // holds a little less.)
 func (c *wsConn) finish() {
 	defer c.finished.Done()
-	c.ping.Stop()
+	c.timer.Stop()
 	<-c.done
 	_ = c.flush() // frames held when the writer stopped; an error shows below
 	deadline := time.Now().Add(closeGrace)
