@@ -1,14 +1,18 @@
 package gateway
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/parleychat/parley/internal/hub"
+)
 
 // replyQueue is a connection's replies waiting for the writer, in the order they were queued.
-// Its slice exists only while replies wait: a channel would hold its whole buffer (896 bytes
-// for 32 replies) on every idle connection.
+// Its slice exists only while replies wait (hub.Queue): a channel would hold its whole buffer
+// (896 bytes for 32 replies) on every idle connection.
 type replyQueue struct {
 	mu    sync.Mutex // guards items and room
-	items [][]byte   // nil while there are none
-	room  chan struct{}
+	items hub.Queue[[]byte]
+	room  chan struct{} // made by put while it waits for room; closed by take
 }
 
 // maxReplies is how many replies a connection may have queued and not yet taken by the
@@ -22,10 +26,10 @@ const maxReplies = 32
 func (q *replyQueue) tryPut(b []byte) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) >= maxReplies {
+	if q.items.Len() >= maxReplies {
 		return false
 	}
-	q.items = append(q.items, b)
+	q.items.Push(b)
 	return true
 }
 
@@ -33,7 +37,7 @@ func (q *replyQueue) tryPut(b []byte) bool {
 // whether b was queued.
 func (q *replyQueue) put(b []byte, done <-chan struct{}) bool {
 	q.mu.Lock()
-	for len(q.items) >= maxReplies {
+	for q.items.Len() >= maxReplies {
 		if q.room == nil {
 			q.room = make(chan struct{})
 		}
@@ -46,13 +50,13 @@ func (q *replyQueue) put(b []byte, done <-chan struct{}) bool {
 		}
 		q.mu.Lock()
 	}
-	q.items = append(q.items, b)
+	q.items.Push(b)
 	q.mu.Unlock()
 	return true
 }
 
-// take returns the replies waiting, or nil if there are none, and keeps spare, emptied, to
-// queue the next ones in, as hub.Subscription.Take does: when none wait, it keeps no slice.
+// take returns the replies waiting, or nil if there are none, as hub.Queue.Take does, and
+// lets a put waiting for room go on.
 func (q *replyQueue) take(spare [][]byte) [][]byte {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -60,11 +64,5 @@ func (q *replyQueue) take(spare [][]byte) [][]byte {
 		close(q.room)
 		q.room = nil
 	}
-	out := q.items
-	if len(out) == 0 {
-		q.items = nil
-		return nil
-	}
-	q.items = spare[:0]
-	return out
+	return q.items.Take(spare)
 }

@@ -103,7 +103,7 @@ type Subscription struct {
 
 	mu    sync.Mutex // guards err and queue; done is closed exactly once, when err is set
 	err   error
-	queue []*Event // Watch's events not yet taken; nil while there are none
+	queue Queue[*Event] // Watch's events not yet taken
 }
 
 // Subscribe registers a subscription for userID with room for buffer pending events, which
@@ -174,13 +174,11 @@ func (s *Subscription) offer(events []Event) bool {
 		return true
 	}
 	s.mu.Lock()
-	ok := len(s.queue)+len(events) <= s.limit
+	ok := s.queue.Len()+len(events) <= s.limit
 	if ok {
-		if s.queue == nil { // exactly what is needed: most often, one event to an idle subscriber
-			s.queue = make([]*Event, 0, len(events))
-		}
+		s.queue.Grow(len(events)) // exactly that, most often one event to an idle subscriber
 		for i := range events {
-			s.queue = append(s.queue, &events[i])
+			s.queue.Push(&events[i])
 		}
 	}
 	s.mu.Unlock()
@@ -240,21 +238,12 @@ func (sh *shard) endLocked(s *Subscription, err error) {
 func (s *Subscription) Events() <-chan *Event { return s.ch }
 
 // Take returns the events queued for a subscription made by Watch, in publish order, or nil
-// if there are none. The subscription keeps spare, emptied, to queue the next events in: a
-// subscriber that passes back the slice it took last, once done with it (and cleared, so as
-// not to keep its events alive), allocates nothing while busy. When nothing is queued the
-// subscription keeps no slice at all, and spare is dropped, so that an idle subscriber
-// holds none.
+// if there are none, as Queue.Take does: a subscriber that hands back, cleared, the slice it
+// took last allocates nothing while busy, and an idle one holds no slice.
 func (s *Subscription) Take(spare []*Event) []*Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := s.queue
-	if len(out) == 0 {
-		s.queue = nil
-		return nil
-	}
-	s.queue = spare[:0]
-	return out
+	return s.queue.Take(spare)
 }
 
 // Done is closed when the subscription ends; Err then says why. Events already buffered

@@ -126,7 +126,7 @@ func TestWatchHoldsNoQueueWhileIdle(t *testing.T) {
 	if got := w.Take(nil); &got[0] != &first[:1][0] {
 		t.Error("the spare handed back was not used to queue the next event")
 	}
-	if w.Take(second[:0]) != nil || w.queue != nil {
+	if w.Take(second[:0]) != nil || w.queue.items != nil {
 		t.Error("an idle subscription kept a queue")
 	}
 }
