@@ -52,7 +52,6 @@ type Gateway struct {
 	convChanges *limiter      // metadata changes per conversation; nil when off
 	creations   *limiter      // conversations created per user; nil when off
 	upgrades    atomic.Uint64 // WebSocket upgrades so far, to order a device's connections
-	epoch       time.Time     // connections keep their timer's times as durations since it
 
 	drainCtx context.Context // cancelled by Shutdown: waiting long-polls answer at once
 	drain    context.CancelFunc
@@ -62,6 +61,8 @@ type Gateway struct {
 	conns   map[*wsConn]struct{}
 	devices map[deviceKey]*wsConn // the current connection of each device
 	wg      sync.WaitGroup        // one count per WebSocket connection being served
+
+	epoch time.Time // connections keep their timer's times as durations since it (wsConn.tick)
 }
 
 // deviceKey names one device of one user.
@@ -98,9 +99,9 @@ func New(o Options) *Gateway {
 		fanout:      newLimiter(o.Config.FanoutRate, o.Config.FanoutBurst),
 		convChanges: newLimiter(perSecond(o.Config.ConvChangeEvery), o.Config.ConvChangeBurst),
 		creations:   newLimiter(perSecond(o.Config.ConvCreateEvery), o.Config.ConvCreateBurst),
-		epoch:       time.Now(),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
+		epoch:       time.Now(),
 	}
 	if g.fanout != nil {
 		g.fanoutTurns = newTurns()

@@ -529,7 +529,7 @@ func (c *wsConn) writeAll() (open bool) {
 	defer c.guard("writer") // after a panic, open stays false: the connection ends
 	if c.cursor != nil {
 		c.last, c.cursor = *c.cursor, nil
-		if !c.catchUp() {
+		if !c.catchUp(c.sub, &c.last) {
 			return false
 		}
 	}
@@ -548,7 +548,7 @@ func (c *wsConn) writeAll() (open bool) {
 		clear(events)
 		replies, events = c.replies.take(replies), c.sub.Take(events)
 		if replies == nil && events == nil {
-			return c.subscribed()
+			return c.subscribed(c.sub)
 		}
 		if err := c.writeWaiting(replies, events); err != nil {
 			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
@@ -575,7 +575,7 @@ func (c *wsConn) writeWaiting(replies [][]byte, events []*hub.Event) error {
 		}
 	}
 	for _, ev := range events {
-		if !c.deliver(ev) {
+		if !c.deliver(c.sub, ev, &c.last) {
 			return errConnEnding
 		}
 	}
@@ -620,35 +620,35 @@ func (c *wsConn) finish() {
 
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
-func (c *wsConn) deliver(ev *hub.Event) bool {
-	if ev.Cursor <= c.last {
+func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool {
+	if ev.Cursor <= *last {
 		return true
 	}
-	if ev.Cursor > c.last+1 {
-		if !c.catchUp() {
+	if ev.Cursor > *last+1 {
+		if !c.catchUp(sub, last) {
 			return false
 		}
-		if ev.Cursor <= c.last {
+		if ev.Cursor <= *last {
 			return true
 		}
 		// The hub delivered an event that sync does not show yet: chat publishes only
 		// committed events, so this is a bug. Reconnecting with the cursor recovers.
-		c.g.log.Error("gateway: live event ahead of the sync log", "user", c.me.UserID, "cursor", ev.Cursor, "last", c.last)
+		c.g.log.Error("gateway: live event ahead of the sync log", "user", c.me.UserID, "cursor", ev.Cursor, "last", *last)
 		c.close(websocket.CloseInternalServerErr, "internal error", nil)
 		return false
 	}
 	if !c.push(ev) {
 		return false
 	}
-	c.last = ev.Cursor
+	*last = ev.Cursor
 	return true
 }
 
-// catchUp pushes every event after c.last from the durable log, page by page. Live events
+// catchUp pushes every event after *last from the durable log, page by page. Live events
 // that arrive meanwhile are drained from the subscription (the log has them), so a long
 // catch-up on a busy account does not overflow the hub buffer and disconnect the client;
 // it ends only once the log has caught up with the newest live event seen.
-func (c *wsConn) catchUp() bool {
+func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 	buf := pushBuffers.Get().(*[]byte)
 	defer func() {
 		if cap(*buf) <= maxPooledPush {
@@ -657,38 +657,38 @@ func (c *wsConn) catchUp() bool {
 	}()
 	var seen int64
 	for !c.closing() {
-		seen = max(seen, c.drain())
-		resp, err := c.g.svc.Sync(c.ctx, c.me, c.last, protocol.MaxSyncLimit, 0)
+		seen = max(seen, drain(sub))
+		resp, err := c.g.svc.Sync(c.ctx, c.me, *last, protocol.MaxSyncLimit, 0)
 		if err != nil {
 			c.fail(err)
 			return false
 		}
-		if !c.pushPage(resp.Events, buf) {
+		if !c.pushPage(sub, resp.Events, last, buf) {
 			return false
 		}
-		if (!resp.HasMore || len(resp.Events) == 0) && c.last >= seen {
+		if (!resp.HasMore || len(resp.Events) == 0) && *last >= seen {
 			return true
 		}
 	}
 	return false
 }
 
-// pushPage pushes the events of a catch-up page after c.last, each frame built in buf, all
-// of them held back and sent together (corkConn). It flushes before it returns, so that the
+// pushPage pushes the events of a catch-up page after *last, each frame built in buf, all of
+// them held back and sent together (corkConn). It flushes before it returns, so that the
 // client has the page while the next one is read from the store; a hold of the writer's
 // (deliver filling a gap from writeWaiting) ends there too.
-func (c *wsConn) pushPage(evs []protocol.SyncEvent, buf *[]byte) bool {
+func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last *int64, buf *[]byte) bool {
 	c.hold()
 	for i := range evs {
-		if evs[i].Cursor <= c.last {
+		if evs[i].Cursor <= *last {
 			continue
 		}
 		*buf = appendSyncEventPush((*buf)[:0], &evs[i])
-		if !c.subscribed() || !c.pushFrame(*buf) {
+		if !c.subscribed(sub) || !c.pushFrame(*buf) {
 			_ = c.flush()
 			return false
 		}
-		c.last = evs[i].Cursor
+		*last = evs[i].Cursor
 	}
 	if err := c.flush(); err != nil {
 		c.close(CloseTooSlow, "write failed", nil)
@@ -697,22 +697,22 @@ func (c *wsConn) pushPage(evs []protocol.SyncEvent, buf *[]byte) bool {
 	return true
 }
 
-// subscribed reports whether the hub still serves the subscription; when it ended it (a
-// revoke, an overflow, shutdown) the connection closes. A long catch-up checks it between
-// pushes, so that a revoke takes effect at once rather than after the catch-up.
-func (c *wsConn) subscribed() bool {
-	if err := c.sub.Err(); err != nil {
+// subscribed reports whether the hub still serves sub; when it ended it (a revoke, an
+// overflow, shutdown) the connection closes. A long catch-up checks it between pushes, so
+// that a revoke takes effect at once rather than after the catch-up.
+func (c *wsConn) subscribed(sub *hub.Subscription) bool {
+	if err := sub.Err(); err != nil {
 		c.subscriptionEnded(err)
 		return false
 	}
 	return true
 }
 
-// drain takes every event queued in the subscription and returns the highest cursor among
+// drain takes every event already buffered in sub and returns the highest cursor among
 // them (0 if none).
-func (c *wsConn) drain() int64 {
+func drain(sub *hub.Subscription) int64 {
 	var top int64
-	for _, ev := range c.sub.Take(nil) {
+	for _, ev := range sub.Take(nil) {
 		top = max(top, ev.Cursor)
 	}
 	return top
