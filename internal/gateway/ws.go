@@ -509,7 +509,7 @@ func (c *wsConn) wake() {
 
 // runWriter is the writer: it writes until nothing waits, then ends, leaving the connection
 // without a writer goroutine until wake starts another. Once the connection is ending it
-// finishes it instead, and stays writerRunning for ever, so that no other starts.
+// finishes it instead and never sets writerIdle, so that no other writer starts.
 func (c *wsConn) runWriter() {
 	for {
 		c.writer.Store(writerRunning)
