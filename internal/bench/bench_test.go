@@ -302,8 +302,10 @@ func TestIdle(t *testing.T) {
 	if rep.Extra["server_ws_connections"] != 30 {
 		t.Errorf("server counts %v connections, want 30", rep.Extra["server_ws_connections"])
 	}
-	if _, ok := rep.Extra["server_rss_per_conn_bytes"]; !ok {
-		t.Error("memory per connection not reported")
+	for _, k := range []string{"server_rss_per_conn_bytes", "server_heap_inuse_per_conn_bytes", "server_stack_per_conn_bytes"} {
+		if _, ok := rep.Extra[k]; !ok {
+			t.Errorf("memory per connection not reported: no %s", k)
+		}
 	}
 }
 

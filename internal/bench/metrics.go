@@ -22,6 +22,8 @@ const (
 	mCommitSum   = "parley_store_commit_batch_size_sum"
 	mEvents      = "parley_events_committed_total"
 	mWSConns     = "parley_ws_connections"
+	mHeapInuse   = "go_memstats_heap_inuse_bytes"  // spans holding objects, live or not yet collected
+	mStackInuse  = "go_memstats_stack_inuse_bytes" // goroutine stacks
 )
 
 // metricSet is one scrape: each series' value summed over its labels, by metric name.

@@ -381,7 +381,14 @@ func (c *coord) setupIdle(ctx context.Context) (*plan, error) {
 			r.Extra["server_ws_connections"] = last[mWSConns]
 		}
 		if r.Ops > 0 {
+			// RSS, and the Go heap and stacks apart: RSS holds the heap's uncollected
+			// garbage too, up to the collector's goal, which is about twice the live heap.
 			r.Extra["server_rss_per_conn_bytes"] = (last[mRSS] - before[mRSS]) / float64(r.Ops)
+			for k, m := range map[string]string{"server_heap_inuse_per_conn_bytes": mHeapInuse, "server_stack_per_conn_bytes": mStackInuse} {
+				if _, ok := last[m]; ok {
+					r.Extra[k] = (last[m] - before[m]) / float64(r.Ops)
+				}
+			}
 		}
 	}
 	return p, nil

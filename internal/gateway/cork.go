@@ -3,6 +3,7 @@ package gateway
 import (
 	"net"
 	"sync"
+	"syscall"
 )
 
 // corkConn is the network connection under a WebSocket: while held, the frames written to it
@@ -16,12 +17,58 @@ import (
 // Only the writer holds and flushes, and only around writes it is making, so that nothing
 // written meanwhile by another goroutine (gorilla's pong and close answers, from the reader)
 // waits longer than the writer takes to encode what it holds.
+//
+// Reads, too, go through a buffer that the connection holds only while it has data in it:
+// Read waits for data holding none (syscall.RawConn), then reads what has arrived, up to
+// 4 KiB, into a pooled one (cork_unix.go). gorilla's own read buffer is then only as large as
+// a control frame needs (newUpgrader): idle, a connection holds 128 bytes of read buffer
+// instead of 1 KiB, and busy, it reads up to 4 KiB of frames per system call instead of 1 KiB.
 type corkConn struct {
 	net.Conn
 
 	mu   sync.Mutex // guards held and buf; taken by every Write
 	held bool
 	buf  *[]byte // from corkBuffers while held frames wait; nil otherwise
+
+	// The read side, used by the connection's one reader only.
+	raw     syscall.RawConn       // the socket's; nil when it has none (Read then reads through)
+	rbuf    *[]byte               // from readBuffers while read data waits in it; nil otherwise
+	roff    int                   // where the data waiting in *rbuf starts
+	rerr    error                 // the error of readRaw's last read
+	readRaw func(fd uintptr) bool // fill's function for raw.Read, made once rather than per read
+}
+
+// newCorkConn returns c, the network connection of a WebSocket, as a corkConn.
+func newCorkConn(c net.Conn) *corkConn {
+	return &corkConn{Conn: c, raw: rawConnOf(c)}
+}
+
+// readChunk is the most a read into a pooled buffer takes at once, and the size from which a
+// Read goes straight into the caller's buffer.
+const readChunk = 4 << 10
+
+// readBuffers recycles the buffers reads land in: a connection keeps none while it waits for
+// data, so the many idle ones hold no memory for it.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
+
+// Read implements net.Conn: it returns data already read, or waits for more, holding no
+// buffer while it waits (fill) unless p is large enough to read into directly.
+func (c *corkConn) Read(p []byte) (int, error) {
+	if c.rbuf == nil {
+		if c.raw == nil || len(p) >= readChunk {
+			return c.Conn.Read(p)
+		}
+		if err := c.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, (*c.rbuf)[c.roff:])
+	c.roff += n
+	if c.roff == len(*c.rbuf) {
+		readBuffers.Put(c.rbuf)
+		c.rbuf, c.roff = nil, 0
+	}
+	return n, nil
 }
 
 // maxCorked bounds what a held connection collects: a write that would take it further sends

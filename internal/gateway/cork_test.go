@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"slices"
 	"testing"
+	"time"
 )
 
 // writesConn records each Write it is given.
@@ -68,5 +71,77 @@ func TestCorkConn(t *testing.T) {
 				t.Error("a write after flush was not sent at once")
 			}
 		})
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection, the accepted one as a corkConn.
+func tcpPair(t *testing.T) (client net.Conn, server *corkConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return client, newCorkConn(c)
+}
+
+// TestCorkConnRead: reads smaller than readChunk go through a pooled buffer that is held only
+// while data waits in it; larger ones go straight through; deadlines and EOF are reported
+// as net.Conn reports them.
+func TestCorkConnRead(t *testing.T) {
+	client, c := tcpPair(t)
+	if c.raw == nil {
+		t.Skip("no RawConn on this platform: reads go straight through")
+	}
+	data := bytes.Repeat([]byte("0123456789"), 1000) // 10,000 bytes: more than one chunk
+	if _, err := client.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	p := make([]byte, 128) // gorilla's read buffer
+	for len(got) < 2*readChunk {
+		n, err := c.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p[:n]...)
+	}
+	big := make([]byte, readChunk) // large enough to be read into directly
+	for len(got) < len(data) {
+		n, err := c.Read(big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, big[:n]...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("the bytes read differ from those written")
+	}
+	if c.rbuf != nil {
+		t.Fatal("a read buffer is kept with nothing in it")
+	}
+
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	var ne net.Error
+	if _, err := c.Read(p); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Read past the deadline: %v, want a timeout", err)
+	}
+	if c.rbuf != nil {
+		t.Fatal("a read buffer is kept while waiting")
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	client.Close()
+	if _, err := c.Read(p); err != io.EOF {
+		t.Fatalf("Read after the peer closed: %v, want EOF", err)
 	}
 }

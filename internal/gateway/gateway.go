@@ -62,6 +62,8 @@ type Gateway struct {
 	conns   map[*wsConn]struct{}
 	devices map[deviceKey]*wsConn // the current connection of each device
 	wg      sync.WaitGroup        // one count per WebSocket connection being served
+
+	epoch time.Time // connections keep their timer's times as durations since it (wsConn.tick)
 }
 
 // deviceKey names one device of one user.
@@ -101,6 +103,7 @@ func New(o Options) *Gateway {
 		historyLim:  newLimiter(o.Config.HistoryRate, o.Config.HistoryBurst),
 		conns:       make(map[*wsConn]struct{}),
 		devices:     make(map[deviceKey]*wsConn),
+		epoch:       time.Now(),
 	}
 	if g.fanout != nil {
 		g.fanoutTurns = newTurns()
@@ -369,7 +372,7 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return c, rw, err
 	}
 	s.hijacked = true
-	return &corkConn{Conn: c}, rw, nil
+	return newCorkConn(c), rw, nil
 }
 
 // code is the status to count: 101 for an upgraded connection, 200 if none was written.

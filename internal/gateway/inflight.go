@@ -24,8 +24,8 @@ const maxInFlight = 32
 // until every send before it has been answered (wait), then is served by the reader as
 // before, so that it sees their effects.
 //
-// The answerer runs only while sends are in flight, so an idle connection keeps its two
-// goroutines. While it runs, the connection's sends hold the device's turn of the events
+// The answerer runs only while sends are in flight, so an idle connection keeps only its
+// reader goroutine. While it runs, the connection's sends hold the device's turn of the events
 // limit together (Gateway.weighed serves a device's other writing calls one at a time):
 // each send is checked against the limit when started and charged when answered, so a
 // device's debt can exceed one call's events by at most the events of maxInFlight sends.
@@ -112,10 +112,8 @@ func (c *wsConn) answerSends(leave func(), answered chan struct{}) {
 	defer leave()
 	s := &c.sends
 	for {
-		out := c.answer(<-s.queue)
-		select {
-		case c.replies <- out:
-		case <-c.done: // ending: the reply has nowhere to go
+		if c.replies.put(c.answer(<-s.queue), c.done) { // not when ending: the reply has nowhere to go
+			c.wake()
 		}
 		<-s.slots
 		if s.n.Add(-1) == 0 {

@@ -29,7 +29,7 @@ const testAdminSecret = "test-admin-secret"
 
 // testServer is a whole node on a real socket: SQLite store, chat service, gateway.
 type testServer struct {
-	t   *testing.T
+	t   testing.TB
 	URL string
 	gw  *Gateway
 	svc *chat.Service
@@ -37,13 +37,13 @@ type testServer struct {
 
 // newTestServer starts a node on port 0 with cfg changes applied; it is torn down by
 // t.Cleanup. It skips the test while chat is still a stub.
-func newTestServer(t *testing.T, mods ...func(*Config)) *testServer {
+func newTestServer(t testing.TB, mods ...func(*Config)) *testServer {
 	t.Helper()
 	return newTestServerOn(t, func(s store.Store) store.Store { return s }, mods...)
 }
 
 // newTestServerOn is newTestServer on the store wrap makes of its SQLite store.
-func newTestServerOn(t *testing.T, wrap func(store.Store) store.Store, mods ...func(*Config)) *testServer {
+func newTestServerOn(t testing.TB, wrap func(store.Store) store.Store, mods ...func(*Config)) *testServer {
 	t.Helper()
 	ctx := context.Background()
 	sq, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir(), Relaxed: true})
@@ -80,7 +80,7 @@ func newTestServerOn(t *testing.T, wrap func(store.Store) store.Store, mods ...f
 	return ts
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
@@ -205,7 +205,7 @@ func (ts *testServer) dial(token, query string) *wsClient {
 
 // wsClient reads and writes JSON frames with a deadline.
 type wsClient struct {
-	t  *testing.T
+	t  testing.TB
 	ws *websocket.Conn
 }
 
@@ -663,7 +663,7 @@ func TestWSSlowConsumerIsClosed(t *testing.T) {
 }
 
 // waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -36,13 +37,6 @@ const maxRefusedPings = 64
 // closeGrace bounds the close handshake: the wait for the client's close frame.
 const closeGrace = time.Second
 
-// replyQueue is how many replies a connection may have unwritten. Replies queue only while
-// the writer is blocked on a client that does not read. Past this many, the reader
-// disconnects the client rather than queue the reply of a frame it served; the answerer of
-// the sends in flight waits for room instead, which holds the reader back through the
-// bound of sends in flight (inflight.go).
-const replyQueue = 32
-
 // newUpgrader returns the gorilla/websocket upgrader. gorilla/websocket is used because it
 // is mature and widely deployed, has client and server in one package (the Go client SDK
 // uses the same library), and offers what the connection loop needs: read limits, deadlines,
@@ -53,7 +47,7 @@ const replyQueue = 32
 func newUpgrader(g *Gateway) websocket.Upgrader {
 	return websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   1024,         // frames larger than this are read through it in pieces
+		ReadBufferSize:   128,          // enough for a control frame; corkConn buffers reads below it
 		WriteBufferPool:  &sync.Pool{}, // idle connections hold no write buffer
 		CheckOrigin:      func(*http.Request) bool { return true },
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
@@ -90,57 +84,53 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
-	sub := g.svc.Hub().Subscribe(me.UserID, g.cfg.SendQueue)
-	var last int64
+	c := &wsConn{
+		g:      g,
+		me:     me,
+		sess:   sess,
+		key:    deviceKey{me.UserID, me.DeviceID},
+		cursor: cursor,
+		done:   make(chan struct{}),
+	}
+	c.finished.Add(1)
+	c.writer.Store(writerRunning) // until run starts the first writer, wake starts none
+	c.sub = g.svc.Hub().Watch(me.UserID, g.cfg.SendQueue, c.wake)
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
-		last, err = g.svc.LatestCursor(r.Context(), me.UserID)
+		c.last, err = g.svc.LatestCursor(r.Context(), me.UserID)
 	}
 	if err != nil {
-		sub.Close()
+		c.sub.Close()
 		g.wg.Done()
 		g.writeError(w, r, err)
 		return
 	}
-	order := g.upgrades.Add(1) // before the upgrade answers, so before any later dial starts
-	ws, err := g.upgrader.Upgrade(w, r, nil)
+	c.order = g.upgrades.Add(1) // before the upgrade answers, so before any later dial starts
+	c.ws, err = g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
-		sub.Close()
+		c.sub.Close()
 		g.wg.Done()
 		return // the upgrader has answered
 	}
-	cork, _ := ws.UnderlyingConn().(*corkConn) // nil if the server was not built by New
-	c := &wsConn{
-		g:          g,
-		ws:         ws,
-		cork:       cork,
-		me:         me,
-		sess:       sess,
-		key:        deviceKey{me.UserID, me.DeviceID},
-		order:      order,
-		replies:    make(chan []byte, replyQueue),
-		done:       make(chan struct{}),
-		readerDone: make(chan struct{}),
-	}
+	c.cork, _ = c.ws.UnderlyingConn().(*corkConn) // nil if the server was not built by New
 	// The connection is served on fresh goroutines and this handler returns: its goroutine
 	// has a stack grown by the HTTP and store calls above, which an idle connection would
 	// otherwise keep.
-	go c.serve(sub, cursor, last)
+	go c.serve()
 }
 
 // serve runs the connection until it ends, then releases what serveWS reserved.
-func (c *wsConn) serve(sub *hub.Subscription, cursor *int64, last int64) {
+func (c *wsConn) serve() {
 	g := c.g
 	defer g.wg.Done()
-	defer sub.Close()
+	defer c.sub.Close()
 	var cancel context.CancelFunc
 	c.ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	defer c.closeAtExpiry()()
 	g.met.ConnectionOpened()
 	defer g.met.ConnectionClosed()
 	g.register(c)
 	defer g.unregister(c)
-	c.run(sub, cursor, last)
+	c.run()
 }
 
 // reserve counts a connection about to be served, unless the gateway is draining.
@@ -185,15 +175,17 @@ func (g *Gateway) unregister(c *wsConn) {
 	}
 }
 
-// wsConn is one WebSocket connection. Two goroutines serve it: the reader (decodes frames
-// and calls the service, in order) and the writer (the only one writing data frames: replies,
-// and the hub subscription turned into gapless event pushes). Replies reach the writer
-// through a bounded queue that the reader never waits on (a full queue means the client does
-// not read: it is disconnected); pushes come straight from the hub subscription, whose
-// overflow also disconnects the client. Two goroutines rather than three (a separate pusher)
-// keep an idle connection small; a third, the answerer, runs only while send frames are in
-// flight (inflight.go). Control frames (ping, and gorilla's pong and close answers) use
-// WriteControl, which is safe beside the writer.
+// wsConn is one WebSocket connection. The reader, a goroutine for as long as the connection
+// lasts, decodes frames and calls the service, in order. The writer is the only one writing
+// data frames: replies, and the hub subscription turned into gapless event pushes; it runs
+// on a goroutine of its own only while it has something to write, started by wake when a
+// reply is queued, an event published, a ping due or the connection ending, so that an idle
+// connection keeps one goroutine, not two (each has a stack of at least 4 KiB). Replies
+// reach the writer through a bounded queue that the reader never waits on (a full queue
+// means the client does not read: it is disconnected); pushes come from the hub
+// subscription, whose overflow also disconnects the client. A third goroutine, the
+// answerer, runs only while send frames are in flight (inflight.go). Control frames (ping,
+// and gorilla's pong and close answers) use WriteControl, which is safe beside the writer.
 type wsConn struct {
 	g     *Gateway
 	ws    *websocket.Conn
@@ -204,7 +196,21 @@ type wsConn struct {
 	key   deviceKey
 	ctx   context.Context // for service calls; cancelled once the connection has ended
 
-	replies chan []byte
+	sub     *hub.Subscription // the user's events, which the writer pushes
+	replies replyQueue        // replies for the writer to write, in frame order
+
+	// writer is writerIdle, writerRunning or writerWoken: whether a writer goroutine runs
+	// (see wake).
+	writer  atomic.Int32
+	pingDue atomic.Bool // set by tick; the writer that sends the ping clears it
+	// timer runs tick, which pings and re-checks the token when each is due; nextPing and
+	// nextCheck are tick's own, as times since the gateway's epoch.
+	timer     *time.Timer
+	nextPing  time.Duration
+	nextCheck time.Duration
+	// Used by one writer at a time (wake orders them):
+	cursor *int64 // where to catch up from, until the first writer has
+	last   int64  // the cursor of the last event pushed
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close: the connection is ending
@@ -213,7 +219,8 @@ type wsConn struct {
 	closeReason string
 	lastFrame   []byte // written just before the close frame, if not nil
 
-	readerDone chan struct{} // closed when the reader has returned
+	finished sync.WaitGroup // done when the writer has finished the connection (finish)
+	grace    *time.Timer    // set by finish: closes the socket if the client's close answer is late
 
 	refusedPings int // pings refused in a row by the request limit; used by the reader only
 
@@ -226,6 +233,7 @@ func (c *wsConn) close(code int, reason string, last []byte) {
 	c.closeOnce.Do(func() {
 		c.closeCode, c.closeReason, c.lastFrame = code, reason, last
 		close(c.done)
+		c.wake() // the writer finishes the connection
 	})
 }
 
@@ -238,16 +246,16 @@ func (c *wsConn) closing() bool {
 	}
 }
 
-// run serves the connection until both goroutines end. With a cursor the writer first
-// catches up from it; without one it pushes what commits after last.
-func (c *wsConn) run(sub *hub.Subscription, cursor *int64, last int64) {
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop(sub, cursor, last)
-	}()
+// run serves the connection until it has ended: the reader on this goroutine, the writer
+// on goroutines of its own. The first writer catches up from the cursor if there is one,
+// or pushes what was committed since serveWS read the latest cursor.
+func (c *wsConn) run() {
+	c.startTimer()
+	go c.runWriter()
 	c.readLoop()
-	<-writerDone
+	c.finished.Wait()
+	c.grace.Stop()
+	_ = c.ws.Close()
 }
 
 // guard recovers a panic in one of the connection's goroutines: it is logged and the
@@ -267,7 +275,6 @@ func (c *wsConn) extendDeadline() {
 }
 
 func (c *wsConn) readLoop() {
-	defer close(c.readerDone)
 	// The sends in flight end before the reader does. guard runs first: on a panic it ends
 	// the connection, and an answerer waiting for room in the reply queue stops waiting.
 	defer c.sends.wait()
@@ -293,11 +300,11 @@ func (c *wsConn) readLoop() {
 		if out == nil {
 			continue // a send: the answerer replies
 		}
-		select {
-		case c.replies <- out:
-		default:
+		if !c.replies.tryPut(out) {
 			c.close(CloseTooSlow, "too slow: replies not read", nil)
+			continue
 		}
+		c.wake()
 	}
 }
 
@@ -345,35 +352,37 @@ func (c *wsConn) closeUnauthorized(err error) {
 	}
 }
 
-// closeAtExpiry closes the connection when its token expires, even if the client sends
-// nothing, and returns the function that stops watching. The service's clock decides: the
-// timer only says when to look again. An AfterFunc, not a goroutine, so that an idle
-// connection stays small.
-func (c *wsConn) closeAtExpiry() (stop func()) {
-	var (
-		mu      sync.Mutex // guards stopped, and orders t's assignment before the callback
-		t       *time.Timer
-		stopped bool
-	)
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(0, func() {
+// startTimer starts the connection's one timer (tick): a first look at the token at once,
+// the first ping after HeartbeatInterval. One timer for both, rather than a ticker for pings
+// and another timer for the expiry, because every idle connection holds them.
+func (c *wsConn) startTimer() {
+	c.nextPing = time.Since(c.g.epoch) + c.g.cfg.HeartbeatInterval
+	c.timer = time.AfterFunc(time.Hour, c.tick) // set before tick can run, which resets it
+	c.timer.Reset(0)
+}
+
+// tick closes the connection once its token no longer holds, even if the client sends
+// nothing, and has the writer ping when a ping is due; then it sets the timer for whichever
+// comes next. The service's clock decides when the token expires: the timer only says when
+// to look again. Timer functions run one at a time here: each sets the timer for the next.
+func (c *wsConn) tick() {
+	now := time.Since(c.g.epoch)
+	if now >= c.nextCheck {
 		left, err := c.g.svc.CheckSession(c.ctx, c.sess)
 		if err != nil {
 			c.closeUnauthorized(err)
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(left)
-		}
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
+		c.nextCheck = now + left
+	}
+	if now >= c.nextPing {
+		c.nextPing = now + c.g.cfg.HeartbeatInterval
+		c.pingDue.Store(true)
+		c.wake()
+	}
+	c.timer.Reset(min(c.nextCheck, c.nextPing) - now)
+	if c.closing() {
+		c.timer.Stop() // finish may have stopped it before the Reset: it must not keep c alive
 	}
 }
 
@@ -470,44 +479,83 @@ func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 
 // ---- writer ----
 
-func (c *wsConn) writeLoop(sub *hub.Subscription, cursor *int64, last int64) {
-	defer c.finish() // runs after guard has recorded a panic and closed done
-	defer c.guard("writer")
-	if cursor != nil {
-		last = *cursor
-		if !c.catchUp(sub, &last) {
-			return
-		}
-	}
-	ping := time.NewTicker(c.g.cfg.HeartbeatInterval)
-	defer ping.Stop()
+// The states of a connection's writer (wsConn.writer).
+const (
+	writerIdle    = iota // no writer goroutine: the next wake starts one
+	writerRunning        // a writer goroutine runs
+	writerWoken          // one runs, and must look for work again before it ends
+)
+
+// wake makes sure that a writer sees what is waiting: it starts one if none runs, or has the
+// running one look again before it ends. It never blocks: the hub calls it with its lock
+// held.
+func (c *wsConn) wake() {
 	for {
-		var err error
-		select {
-		case <-c.done:
-			return
-		case b := <-c.replies:
-			c.hold()
-			if err = c.write(b); err == nil {
-				err = c.writeWaiting(sub, &last)
-			}
-		case ev := <-sub.Events():
-			c.hold()
-			if !c.deliver(sub, ev, &last) {
+		switch c.writer.Load() {
+		case writerIdle:
+			if c.writer.CompareAndSwap(writerIdle, writerRunning) {
+				go c.runWriter()
 				return
 			}
-			err = c.writeWaiting(sub, &last)
-		case <-sub.Done():
-			c.subscriptionEnded(sub.Err())
-			return
-		case <-ping.C:
-			err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.g.cfg.WriteTimeout))
-		}
-		if err != nil {
-			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
+		case writerRunning:
+			if c.writer.CompareAndSwap(writerRunning, writerWoken) {
+				return
+			}
+		default:
 			return
 		}
 	}
+}
+
+// runWriter is the writer: it writes until nothing waits, then ends, leaving the connection
+// without a writer goroutine until wake starts another. Once the connection is ending it
+// finishes it instead and never sets writerIdle, so that no other writer starts.
+func (c *wsConn) runWriter() {
+	for {
+		c.writer.Store(writerRunning)
+		if !c.writeAll() {
+			c.finish()
+			return
+		}
+		if c.writer.CompareAndSwap(writerRunning, writerIdle) {
+			return
+		}
+	}
+}
+
+// writeAll writes what is waiting: the catch-up from the cursor (on the first run), a ping
+// that is due, replies and events. It returns false when the connection is ending.
+func (c *wsConn) writeAll() (open bool) {
+	defer c.guard("writer") // after a panic, open stays false: the connection ends
+	if c.cursor != nil {
+		c.last, c.cursor = *c.cursor, nil
+		if !c.catchUp(c.sub, &c.last) {
+			return false
+		}
+	}
+	var replies [][]byte
+	var events []*hub.Event
+	for !c.closing() {
+		if c.pingDue.Swap(false) {
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.g.cfg.WriteTimeout)); err != nil {
+				c.close(CloseTooSlow, "write failed", nil)
+				return false
+			}
+		}
+		// What was taken last time is handed back, emptied, to take the next in: a busy
+		// connection allocates nothing here, and an idle one keeps neither slice.
+		clear(replies)
+		clear(events)
+		replies, events = c.replies.take(replies), c.sub.Take(events)
+		if replies == nil && events == nil {
+			return c.subscribed(c.sub)
+		}
+		if err := c.writeWaiting(replies, events); err != nil {
+			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
+			return false
+		}
+	}
+	return false
 }
 
 // hold makes the frames written until the next flush (writeWaiting's, or pushPage's) go out
@@ -518,24 +566,18 @@ func (c *wsConn) hold() {
 	}
 }
 
-// writeWaiting writes the replies and events already waiting, a bounded number so that a
-// busy connection still gets its pings, then sends everything written since hold.
-func (c *wsConn) writeWaiting(sub *hub.Subscription, last *int64) error {
-	for range maxWaitingWrites {
-		select {
-		case b := <-c.replies:
-			if err := c.write(b); err != nil {
-				return err
-			}
-			continue
-		case ev := <-sub.Events():
-			if !c.deliver(sub, ev, last) {
-				return errConnEnding
-			}
-			continue
-		default:
+// writeWaiting writes replies, then events, held together and sent at the end (corkConn).
+func (c *wsConn) writeWaiting(replies [][]byte, events []*hub.Event) error {
+	c.hold()
+	for _, b := range replies {
+		if err := c.write(b); err != nil {
+			return err
 		}
-		break
+	}
+	for _, ev := range events {
+		if !c.deliver(c.sub, ev, &c.last) {
+			return errConnEnding
+		}
 	}
 	return c.flush()
 }
@@ -548,9 +590,6 @@ func (c *wsConn) flush() error {
 	return nil
 }
 
-// maxWaitingWrites is how many waiting frames writeWaiting writes in one go.
-const maxWaitingWrites = 64
-
 // errConnEnding reports that the connection is closing (deliver has closed it).
 var errConnEnding = errors.New("gateway: connection ending")
 
@@ -559,9 +598,13 @@ func (c *wsConn) write(b []byte) error {
 	return c.ws.WriteMessage(websocket.TextMessage, b)
 }
 
-// finish writes the last frame and the close frame, waits briefly for the client's close
-// answer (or for the reader to end), then closes the socket, which ends the reader.
+// finish writes the last frame and the close frame, then leaves the reader to read the
+// client's close answer and close the socket, which grace does instead if the answer takes
+// longer than closeGrace. (The reader's end needs no channel of its own: an idle connection
+// holds a little less.)
 func (c *wsConn) finish() {
+	defer c.finished.Done()
+	c.timer.Stop()
 	<-c.done
 	_ = c.flush() // frames held when the writer stopped; an error shows below
 	deadline := time.Now().Add(closeGrace)
@@ -570,13 +613,7 @@ func (c *wsConn) finish() {
 		_ = c.ws.WriteMessage(websocket.TextMessage, c.lastFrame)
 	}
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(c.closeCode, c.closeReason), deadline)
-	timer := time.NewTimer(closeGrace)
-	defer timer.Stop()
-	select {
-	case <-c.readerDone:
-	case <-timer.C:
-	}
-	_ = c.ws.Close()
+	c.grace = time.AfterFunc(closeGrace, func() { _ = c.ws.Close() })
 }
 
 // ---- pushes ----
@@ -664,27 +701,21 @@ func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last 
 // overflow, shutdown) the connection closes. A long catch-up checks it between pushes, so
 // that a revoke takes effect at once rather than after the catch-up.
 func (c *wsConn) subscribed(sub *hub.Subscription) bool {
-	select {
-	case <-sub.Done():
-		c.subscriptionEnded(sub.Err())
+	if err := sub.Err(); err != nil {
+		c.subscriptionEnded(err)
 		return false
-	default:
-		return true
 	}
+	return true
 }
 
 // drain takes every event already buffered in sub and returns the highest cursor among
 // them (0 if none).
 func drain(sub *hub.Subscription) int64 {
 	var top int64
-	for {
-		select {
-		case ev := <-sub.Events():
-			top = max(top, ev.Cursor)
-		default:
-			return top
-		}
+	for _, ev := range sub.Take(nil) {
+		top = max(top, ev.Cursor)
 	}
+	return top
 }
 
 // pushBuffers recycles the buffers push frames are built in: a 500-member group message
@@ -710,12 +741,9 @@ func (c *wsConn) push(ev *hub.Event) bool {
 // a long catch-up does not hold them back until the reply queue overflows).
 func (c *wsConn) pushFrame(frame []byte) bool {
 	var err error
-	for queued := true; queued && err == nil; {
-		select {
-		case r := <-c.replies:
-			err = c.write(r)
-		default:
-			queued = false
+	for _, r := range c.replies.take(nil) {
+		if err = c.write(r); err != nil {
+			break
 		}
 	}
 	if err == nil {

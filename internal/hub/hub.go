@@ -91,24 +91,49 @@ func (h *Hub) shardOf(userID string) *shard {
 	return &h.shards[maphash.String(h.seed, userID)%hubShards]
 }
 
-// Subscription receives the events published for one user after it was created.
+// Subscription receives the events published for one user after it was created: through
+// a channel (Subscribe), or through a queue that is read with Take and announced by a
+// function (Watch).
 type Subscription struct {
 	shard  *shard
 	userID string
-	ch     chan *Event
-	done   chan struct{}
+	ch     chan *Event   // Subscribe's; nil for Watch's
+	notify func()        // Watch's; nil for Subscribe's
+	limit  int           // Watch's: most events queued
+	done   chan struct{} // Subscribe's; nil for Watch's, whose subscriber is notified instead
 
-	mu  sync.Mutex // guards err; done is closed exactly once, when err is set
-	err error
+	mu    sync.Mutex // guards err and queue; done is closed exactly once, when err is set
+	err   error
+	queue Queue[*Event] // Watch's events not yet taken
 }
 
-// Subscribe registers a subscription for userID with room for buffer pending events.
+// Subscribe registers a subscription for userID with room for buffer pending events, which
+// Events delivers.
 func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
-	if buffer < 1 {
-		buffer = 1
-	}
+	s := &Subscription{ch: make(chan *Event, max(buffer, 1)), done: make(chan struct{})}
+	h.add(userID, s)
+	return s
+}
+
+// Watch registers a subscription for userID that queues up to limit pending events, which
+// Take returns, and calls notify after it has queued events and when it ends (Err then says
+// why). notify runs with the hub's lock held, on the publisher's goroutine: it must return
+// at once and must not call the hub.
+//
+// Watch is for a subscriber without a goroutine of its own waiting on a channel (an idle
+// WebSocket). Its queue exists only while events wait, where Subscribe's channel holds its
+// whole buffer for as long as it is open (2 KiB for 256 events, on every idle connection),
+// and it has neither Events nor Done channel.
+func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
+	s := &Subscription{limit: max(limit, 1), notify: notify}
+	h.add(userID, s)
+	return s
+}
+
+// add registers s, a new subscription, for userID.
+func (h *Hub) add(userID string, s *Subscription) {
 	sh := h.shardOf(userID)
-	s := &Subscription{shard: sh, userID: userID, ch: make(chan *Event, buffer), done: make(chan struct{})}
+	s.shard, s.userID = sh, userID
 	sh.mu.Lock()
 	m := sh.subs[userID]
 	if m == nil {
@@ -117,7 +142,6 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 	}
 	m[s] = struct{}{}
 	sh.mu.Unlock()
-	return s
 }
 
 // Publish hands events (one user's, ascending by cursor) to every subscription of userID.
@@ -132,14 +156,37 @@ func (h *Hub) Publish(userID string, events []Event) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for s := range sh.subs[userID] {
+		if !s.offer(events) {
+			sh.endLocked(s, ErrOverflow)
+		}
+	}
+}
+
+// offer hands events to s, or reports false when s has no room for them all.
+func (s *Subscription) offer(events []Event) bool {
+	if s.ch != nil {
 		for i := range events {
 			select {
 			case s.ch <- &events[i]:
 			default:
-				sh.endLocked(s, ErrOverflow)
+				return false
 			}
 		}
+		return true
 	}
+	s.mu.Lock()
+	ok := s.queue.Len()+len(events) <= s.limit
+	if ok {
+		s.queue.Grow(len(events)) // exactly that, most often one event to an idle subscriber
+		for i := range events {
+			s.queue.Push(&events[i])
+		}
+	}
+	s.mu.Unlock()
+	if ok {
+		s.notify()
+	}
+	return ok
 }
 
 // Kick ends every subscription of userID with ErrKicked.
@@ -178,15 +225,30 @@ func (sh *shard) endLocked(s *Subscription, err error) {
 	}
 	s.mu.Lock()
 	s.err = err
-	close(s.done)
+	if s.done != nil {
+		close(s.done)
+	}
 	s.mu.Unlock()
+	if s.notify != nil {
+		s.notify()
+	}
 }
 
-// Events delivers the published events in publish order.
+// Events delivers the published events in publish order. It is nil for a subscription made
+// by Watch.
 func (s *Subscription) Events() <-chan *Event { return s.ch }
 
+// Take returns the events queued for a subscription made by Watch, in publish order, or nil
+// if there are none, as Queue.Take does: a subscriber that hands back, cleared, the slice it
+// took last allocates nothing while busy, and an idle one holds no slice.
+func (s *Subscription) Take(spare []*Event) []*Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queue.Take(spare)
+}
+
 // Done is closed when the subscription ends; Err then says why. Events already buffered
-// stay readable from Events.
+// stay readable from Events. It is nil for a subscription made by Watch.
 func (s *Subscription) Done() <-chan struct{} { return s.done }
 
 // Err returns why the subscription ended, or nil while it is open.

@@ -75,6 +75,62 @@ func TestKickAndClose(t *testing.T) {
 	h.Publish("bob", evs(1)) // no subscriber: nothing happens
 }
 
+// TestWatch: a Watch subscription queues events for Take, in order, and calls notify after
+// each publish to it and when it ends; its queue is all-or-nothing at the limit.
+func TestWatch(t *testing.T) {
+	h := New()
+	var notified atomic.Int32
+	w := h.Watch("alice", 3, func() { notified.Add(1) })
+	if w.Events() != nil || w.Done() != nil || w.Take(nil) != nil {
+		t.Fatal("a new Watch subscription has a channel or queued events")
+	}
+	h.Publish("alice", evs(1, 2))
+	h.Publish("bob", evs(9))
+	if n := notified.Load(); n != 1 {
+		t.Fatalf("notified %d times after one publish, want 1", n)
+	}
+	got := w.Take(nil)
+	if len(got) != 2 || got[0].Cursor != 1 || got[1].Cursor != 2 {
+		t.Fatalf("Take = %v, want cursors 1 and 2", got)
+	}
+	if w.Take(nil) != nil {
+		t.Fatal("Take after Take returned events again")
+	}
+	h.Publish("alice", evs(3, 4, 5))
+	h.Publish("alice", evs(6)) // the limit is 3: overflow
+	if !errors.Is(w.Err(), ErrOverflow) {
+		t.Fatalf("Err = %v, want overflow", w.Err())
+	}
+	if n := notified.Load(); n != 3 {
+		t.Fatalf("notified %d times, want 3 (two publishes, the end)", n)
+	}
+	if got := w.Take(nil); len(got) != 3 || got[2].Cursor != 5 {
+		t.Fatalf("events queued before the overflow: %v, want cursors 3 to 5", got)
+	}
+}
+
+// TestWatchHoldsNoQueueWhileIdle: once taken, a subscription keeps no slice, even one handed
+// back as spare; while busy it reuses the spare.
+func TestWatchHoldsNoQueueWhileIdle(t *testing.T) {
+	h := New()
+	w := h.Watch("alice", 16, func() {})
+	h.Publish("alice", evs(1))
+	first := w.Take(nil)
+	h.Publish("alice", evs(2))
+	clear(first)
+	second := w.Take(first)
+	if len(second) != 1 || second[0].Cursor != 2 {
+		t.Fatalf("Take = %v", second)
+	}
+	h.Publish("alice", evs(3))
+	if got := w.Take(nil); &got[0] != &first[:1][0] {
+		t.Error("the spare handed back was not used to queue the next event")
+	}
+	if w.Take(second[:0]) != nil || w.queue.items != nil {
+		t.Error("an idle subscription kept a queue")
+	}
+}
+
 // TestBodyEncodedOnce: the subscribers of a fanout, on their own goroutines, share one
 // encoding of the body.
 func TestBodyEncodedOnce(t *testing.T) {
