@@ -144,6 +144,13 @@ type SyncResponse struct {
 	Conversations []ConversationBrief `json:"conversations,omitempty"`
 }
 
+// UnreadTotal answers GET /v1/unread: the caller's unread messages over all the
+// conversations in their list (section 5), and how many of those conversations have any.
+type UnreadTotal struct {
+	Unread        int64 `json:"unread"`
+	Conversations int   `json:"conversations"`
+}
+
 // Receipts answers GET /v1/conversations/{id}/receipts.
 type Receipts struct {
 	Seq            int64 `json:"seq"`

@@ -481,6 +481,23 @@ func visibleMemberships(ctx context.Context, tx store.ReadTx, userID string, k p
 	return afterKey(ms, k), nil
 }
 
+// UnreadTotal returns the caller's unread count over every conversation of their list, each
+// counted as its brief counts it: the same on every device (it becomes the push badge).
+func (s *Service) UnreadTotal(ctx context.Context, me Identity) (protocol.UnreadTotal, error) {
+	var out protocol.UnreadTotal
+	err := s.view(ctx, "unread total", func(tx store.ReadTx) error {
+		ms, err := visibleMemberships(ctx, tx, me.UserID, pageKey{})
+		for _, m := range ms {
+			if n := unreadOf(m.Conversation, m.Member); n > 0 {
+				out.Unread += n
+				out.Conversations++
+			}
+		}
+		return err
+	})
+	return out, err
+}
+
 // GetConversation returns one conversation as the caller sees it (also when deleted).
 func (s *Service) GetConversation(ctx context.Context, me Identity, convID string) (protocol.ConversationBrief, error) {
 	var out protocol.ConversationBrief

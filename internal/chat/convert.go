@@ -84,6 +84,11 @@ func ackOf(m store.Message, duplicate bool) protocol.MessageAck {
 
 func visibleFrom(m store.Member) int64 { return max(m.JoinSeq, m.ClearedSeq) }
 
+// unreadOf is member m's unread count in c: max_seq - max(read_seq, visible_from).
+func unreadOf(c store.Conversation, m store.Member) int64 {
+	return max(0, c.MaxSeq-max(m.ReadSeq, visibleFrom(m)))
+}
+
 // brief builds the conversation as member m sees it. members may be nil; it is read when
 // needed (direct conversations, for the peer's positions).
 func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.Member, members []store.Member) (protocol.ConversationBrief, error) {
@@ -91,7 +96,7 @@ func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.M
 	b := protocol.ConversationBrief{
 		ConvID: c.ID, Type: c.Type, Name: c.Name, OwnerID: c.OwnerID, MembersCount: c.MembersCount,
 		Fanout: protocol.FanoutWrite, MaxSeq: c.MaxSeq, ReadSeq: m.ReadSeq, DeliveredSeq: m.DeliveredSeq,
-		ClearedSeq: m.ClearedSeq, Unread: max(0, c.MaxSeq-max(m.ReadSeq, vf)), UpdatedAt: c.UpdatedAt,
+		ClearedSeq: m.ClearedSeq, Unread: unreadOf(c, m), UpdatedAt: c.UpdatedAt,
 	}
 	if c.ReadFanout() {
 		b.Fanout = protocol.FanoutRead

@@ -151,3 +151,39 @@ func TestHistoryRateLimit(t *testing.T) {
 	}
 	n.ok(t, "GET", path, bob, nil)
 }
+
+// TestUnreadTotal: GET /v1/unread sums the unread counts of the caller's conversations,
+// write and read fanout alike, each as its brief counts it.
+func TestUnreadTotal(t *testing.T) {
+	n := start(t, func(c *server.Config) { c.Chat.WriteFanoutMax = 3 })
+	alice, bob := n.user(t, "alice"), n.user(t, "bob")
+	n.user(t, "carol")
+	n.user(t, "dave")
+	direct := n.direct(t, alice, "bob")["conv_id"].(string)
+	small := n.group(t, alice, "small", false, "bob")["conv_id"].(string)
+	large := n.group(t, alice, "large", false, "bob", "carol", "dave")
+	if large["fanout"] != "read" {
+		t.Fatalf("a group of 4 with --write-fanout-max 3: %s", show(large))
+	}
+	for i := range 3 {
+		n.send(t, alice, direct, fmt.Sprint("d", i))
+	}
+	n.send(t, alice, small, "s0")
+	n.send(t, alice, small, "s1")
+	n.send(t, alice, large["conv_id"].(string), "l0")
+	n.send(t, bob, small, "mine") // a member's own message is read: bob's count there ends at 0
+	want := func(what string, unread, convs int64) {
+		t.Helper()
+		got := n.ok(t, "GET", "/v1/unread", bob, nil)
+		wantKeys(t, "unread total", got, "unread", "conversations")
+		if num(got["unread"]) != unread || num(got["conversations"]) != convs {
+			t.Fatalf("%s: %s, want unread %d in %d conversations", what, show(got), unread, convs)
+		}
+	}
+	want("after the sends", 4, 2)
+	n.ok(t, "POST", "/v1/conversations/"+direct+"/read", bob, map[string]any{"seq": 2})
+	want("after reading two in the direct conversation", 2, 2)
+	if got := n.ok(t, "GET", "/v1/unread", alice, nil); num(got["unread"]) != 1 {
+		t.Fatalf("alice's total %s, want 1 (bob's message in the small group)", show(got))
+	}
+}

@@ -126,6 +126,7 @@ func (g *Gateway) routes() {
 
 	m.Handle("POST /v1/conversations", g.client(g.createConversation))
 	m.Handle("GET /v1/conversations", g.client(g.listConversations))
+	m.Handle("GET /v1/unread", g.client(g.unreadTotal))
 	m.Handle("GET /v1/conversations/{conv_id}", g.client(g.getConversation))
 	m.Handle("PATCH /v1/conversations/{conv_id}", g.client(g.renameConversation))
 	m.Handle("DELETE /v1/conversations/{conv_id}", g.client(g.deleteConversation))

@@ -311,6 +311,11 @@ func (g *Gateway) convChangeLimited(ctx context.Context, convID string, change f
 	return g.limitedChange(ctx, g.convChanges, convID, "too many changes to this conversation", change)
 }
 
+func (g *Gateway) unreadTotal(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
+	total, err := g.svc.UnreadTotal(r.Context(), me)
+	return http.StatusOK, total, err
+}
+
 func (g *Gateway) listConversations(r *http.Request, _ []byte, me chat.Identity) (int, any, error) {
 	q, err := pageQuery(r)
 	if err != nil {
