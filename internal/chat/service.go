@@ -21,7 +21,7 @@ import (
 type Config struct {
 	RecallWindow    time.Duration // how long a sender may recall a message; default 24h
 	EventRetention  time.Duration // how long sync events are kept; default 30 days
-	MaxGroupMembers int           // largest group; default 500 until large groups are served live
+	MaxGroupMembers int           // largest group; default 100,000 (past WriteFanoutMax a group is read fanout)
 	DefaultTokenTTL time.Duration // default 30 days
 	// WriteFanoutMax is the largest group whose messages are events in every member's log;
 	// a group that grows past it switches to read fanout for good (docs/design.md, "Large
@@ -34,7 +34,7 @@ func DefaultConfig() Config {
 	return Config{
 		RecallWindow:    24 * time.Hour,
 		EventRetention:  30 * 24 * time.Hour,
-		MaxGroupMembers: 500,
+		MaxGroupMembers: 100_000,
 		DefaultTokenTTL: 30 * 24 * time.Hour,
 		WriteFanoutMax:  500,
 	}
