@@ -299,3 +299,57 @@ func TestReadFanoutSwitchLive(t *testing.T) {
 		t.Fatal("bob never saw the switch")
 	}
 }
+
+// TestReadFanoutOfflineCatchUp: a member offline during 5,000 messages of a read-fanout group
+// catches up completely: one sync from its mark reports the group with every message unread,
+// without any of them in its log, and history pages bring each message once, in seq order.
+func TestReadFanoutOfflineCatchUp(t *testing.T) {
+	n := start(t, func(c *server.Config) {
+		c.Chat.WriteFanoutMax = 2
+		c.Gateway.SendRate = 0
+		c.Gateway.RequestRate = 0
+		c.Gateway.HistoryRate = 0
+	})
+	alice, bob := n.user(t, "alice"), n.user(t, "bob")
+	n.user(t, "carol")
+	convID := n.group(t, alice, "big", false, "bob", "carol")["conv_id"].(string)
+	first := n.ok(t, "GET", "/v1/sync?cursor=0&mark=0", bob, nil)
+	cursor, mark := num(first["cursor"]), num(first["mark"])
+
+	const total = 5000
+	ws := n.dial(t, alice, -1)
+	const window = 32 // sends in flight, as the protocol allows
+	for sent, acked := 0, 0; acked < total; {
+		for sent < total && sent-acked < window {
+			ws.write(map[string]any{"id": fmt.Sprint(sent), "op": "send", "conv_id": convID,
+				"client_msg_id": fmt.Sprintf("c-%05d", sent), "content_type": 1, "content": map[string]any{"text": fmt.Sprint(sent)}})
+			sent++
+		}
+		if r := ws.reply(); num(r["code"]) != 0 || num(r["seq"]) != int64(acked+1) {
+			t.Fatalf("ack %d: %s", acked, show(r))
+		}
+		acked++
+	}
+
+	got := n.ok(t, "GET", fmt.Sprintf("/v1/sync?cursor=%d&mark=%d", cursor, mark), bob, nil)
+	if evs := arr(t, got["events"]); len(evs) != 0 {
+		t.Fatalf("bob's log has %d events for read-fanout messages", len(evs))
+	}
+	convs := arr(t, got["conversations"])
+	if len(convs) != 1 || num(convs[0]["max_seq"]) != total || num(convs[0]["unread"]) != total {
+		t.Fatalf("sync: %s, want the group with %d unread", show(convs), total)
+	}
+	var last int64
+	for last < total {
+		page := n.history(t, bob, convID, last)
+		if len(page) == 0 {
+			t.Fatalf("an empty history page after seq %d", last)
+		}
+		for _, m := range page {
+			if num(m["seq"]) != last+1 || obj(t, m["content"])["text"] != fmt.Sprint(last) {
+				t.Fatalf("after seq %d: %s", last, show(m))
+			}
+			last++
+		}
+	}
+}
