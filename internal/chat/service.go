@@ -74,9 +74,10 @@ type Service struct {
 	log    *slog.Logger
 	obs    Observer
 
-	gens   sync.Map        // user id -> int64 token generation, cached after first use
-	counts *readCounts     // members' positions of groups whose receipts were asked for
-	recent *recentMessages // the newest messages of active read-fanout conversations
+	gens      sync.Map        // user id -> int64 token generation, cached after first use
+	counts    *readCounts     // members' positions of groups whose receipts were asked for
+	recent    *recentMessages // the newest messages of active read-fanout conversations
+	positions *positionBatch  // read-fanout conversations' position updates waiting for their batch
 
 	room func() error // see Options.Room; never nil
 
@@ -118,7 +119,7 @@ type Options struct {
 // New returns a Service. It does not start background work; call RunRetention for that.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		counts: newReadCounts(), recent: newRecentMessages()}
+		counts: newReadCounts(), recent: newRecentMessages(), positions: newPositionBatch()}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
 	}
