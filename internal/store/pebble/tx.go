@@ -527,6 +527,78 @@ func (r readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	return ms, err
 }
 
+// moveStanding moves user's entry in the standing index from ordinal from to ordinal to.
+func (t *txn) moveStanding(convID, userID string, from, to int64) error {
+	t.key = standingKey(t.key[:0], convID, from, userID)
+	if err := t.del(t.key, nil); err != nil {
+		return err
+	}
+	t.key = standingKey(t.key[:0], convID, to, userID)
+	return t.set(t.key, nil, nil, false)
+}
+
+// MembersAfter implements store.MemberReader: it scans the standing index o from after,
+// reading only the rows of the page.
+func (r readTx) MembersAfter(ctx context.Context, convID string, after int64, limit int) ([]store.Member, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	prefix := appendStr([]byte{tStanding}, convID)
+	it, err := t.iter(appendInt(slices.Clip(prefix), after+1), prefixEnd(prefix))
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for valid := it.First(); valid && len(users) < limit; valid = it.Next() {
+		_, rest, err := readInt(it.Key()[len(prefix):])
+		var user string
+		if err == nil {
+			user, _, err = readStr(rest)
+		}
+		if err != nil {
+			return nil, errors.Join(corrupt(err, "standing of conversation %q", convID), it.Close())
+		}
+		users = append(users, user)
+	}
+	if err := closeIter(it); err != nil {
+		return nil, err
+	}
+	ms := make([]store.Member, 0, len(users))
+	for _, user := range users {
+		m, err := t.storedMember(convID, user)
+		if err != nil {
+			return nil, err // an index entry without its row is corrupt, not "not found"
+		}
+		ms = append(ms, m)
+	}
+	n, err := t.newest(convID)
+	for i := range ms {
+		ms[i] = n.member(ms[i])
+	}
+	return ms, err
+}
+
+// LastOrdinal implements store.MemberReader: the last key of the standing index.
+func (r readTx) LastOrdinal(ctx context.Context, convID string) (int64, error) {
+	t := r.t
+	if err := t.check(ctx); err != nil {
+		return 0, err
+	}
+	prefix := appendStr([]byte{tStanding}, convID)
+	it, err := t.iter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return 0, err
+	}
+	var last int64
+	if it.Last() {
+		if last, _, err = readInt(it.Key()[len(prefix):]); err != nil {
+			return 0, errors.Join(corrupt(err, "standing of conversation %q", convID), it.Close())
+		}
+	}
+	return last, closeIter(it)
+}
+
 // storedMembers reads the conversation's member rows as stored, in Members order.
 func (t *txn) storedMembers(convID string) ([]store.Member, error) {
 	prefix := appendStr([]byte{tRoster}, convID)
@@ -618,17 +690,32 @@ func (w writeTx) PutMember(ctx context.Context, m store.Member) error {
 	if err != nil {
 		return err
 	}
+	oldOrdinal := int64(0)
+	if found {
+		was, err := decodeMember(prev, m.ConvID, m.UserID)
+		if err != nil {
+			return corrupt(err, "member %q of conversation %q", m.UserID, m.ConvID)
+		}
+		oldOrdinal = was.Ordinal
+	}
 	t.enc = encodeMember(t.enc[:0], m)
 	if err := t.set(mk, t.enc, prev, found); err != nil {
 		return err
 	}
 	if found {
-		return nil // the index entries are there already
+		if oldOrdinal == m.Ordinal {
+			return nil // the index entries are there already
+		}
+		return t.moveStanding(m.ConvID, m.UserID, oldOrdinal, m.Ordinal)
 	}
 	if err := t.set(ik, nil, nil, false); err != nil {
 		return err
 	}
 	t.key = rosterKey(t.key[:0], m.ConvID, m.UserID)
+	if err := t.set(t.key, nil, nil, false); err != nil {
+		return err
+	}
+	t.key = standingKey(t.key[:0], m.ConvID, m.Ordinal, m.UserID)
 	if err := t.set(t.key, nil, nil, false); err != nil {
 		return err
 	}
@@ -677,7 +764,15 @@ func (w writeTx) DeleteMember(ctx context.Context, convID, userID string) error 
 	if !found {
 		return notFound("delete member %q of conversation %q", userID, convID)
 	}
+	m, err := decodeMember(prev, convID, userID)
+	if err != nil {
+		return corrupt(err, "member %q of conversation %q", userID, convID)
+	}
 	if err := t.del(mk, prev); err != nil {
+		return err
+	}
+	t.key = standingKey(t.key[:0], convID, m.Ordinal, userID)
+	if err := t.del(t.key, nil); err != nil {
 		return err
 	}
 	if err := t.del(ik, nil); err != nil {
