@@ -25,6 +25,8 @@ type largeGroup struct {
 	conv    string
 	members []string
 	commits *atomic.Int64 // storage commits (one may carry several transactions)
+	cfg     chat.Config
+	signer  *auth.Signer
 }
 
 // updateCounter counts the read-write transactions run on a store.
@@ -49,10 +51,11 @@ func newLargeGroup(t *testing.T, n int) *largeGroup {
 	}
 	t.Cleanup(func() { st.Close() })
 	cfg := chat.DefaultConfig()
-	cfg.WriteFanoutMax, cfg.MaxGroupMembers = 10, n+1
+	cfg.WriteFanoutMax, cfg.MaxGroupMembers = 10, n+10
 	uc := &updateCounter{Store: st}
-	svc := chat.New(chat.Options{Store: uc, Hub: hub.New(), Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")), Config: cfg})
-	g := &largeGroup{svc: svc, st: uc, commits: &commits}
+	signer := auth.NewSigner([]byte("0123456789abcdef0123456789abcdef"))
+	svc := chat.New(chat.Options{Store: uc, Hub: hub.New(), Signer: signer, Config: cfg})
+	g := &largeGroup{svc: svc, st: uc, commits: &commits, cfg: cfg, signer: signer}
 	var wg sync.WaitGroup
 	for i := range n {
 		g.members = append(g.members, fmt.Sprintf("m%04d", i))

@@ -201,16 +201,8 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 
 // dropLocked forgets convID. r.mu must be held.
 func (r *countShard) dropLocked(convID string) {
-	r.dropLocked(convID)
-}
-
-// drop forgets convID after a member change committed.
-func (rc *readCounts) drop(convID string) {
-	r := rc.shard(convID)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if b := r.building[convID]; b != nil {
-		b.stale = true
+	if c := r.convs[convID]; c != nil {
+		r.members -= len(c.pos)
+		delete(r.convs, convID)
 	}
-	r.dropLocked(convID)
 }

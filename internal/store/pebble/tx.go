@@ -771,14 +771,14 @@ func (w writeTx) DeleteMember(ctx context.Context, convID, userID string) error 
 	if err := t.del(mk, prev); err != nil {
 		return err
 	}
-	t.key = standingKey(t.key[:0], convID, m.Ordinal, userID)
-	if err := t.del(t.key, nil); err != nil {
-		return err
-	}
 	if err := t.del(ik, nil); err != nil {
 		return err
 	}
-	t.key = rosterKey(t.key[:0], convID, userID)
+	t.key = rosterKey(t.key[:0], convID, userID) // mk and ik are done with: t.key is free
+	if err := t.del(t.key, nil); err != nil {
+		return err
+	}
+	t.key = standingKey(t.key[:0], convID, m.Ordinal, userID)
 	if err := t.del(t.key, nil); err != nil {
 		return err
 	}

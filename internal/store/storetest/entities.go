@@ -308,6 +308,11 @@ func testMembersPaged(t *testing.T, s store.Store) {
 		if n := last(ctx, tx, "c1"); n != 6 {
 			t.Errorf("LastOrdinal after the changes = %d, want 6", n)
 		}
+		for _, u := range []string{"bob", "erin", "fred"} { // the other indexes went (or never came) with the row
+			if ms, err := tx.Memberships(ctx, u); err != nil || len(ms) != 0 {
+				t.Errorf("Memberships(%s) after leaving = %+v, %v; want none", u, ms, err)
+			}
+		}
 		return nil
 	})
 }
