@@ -81,7 +81,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 		return ack, err
 	}
-	s.counts.advance(res.Message.ConvID, res.Message.SenderID, res.Message.Seq, res.Message.Seq) // sending reads it
+	s.messageSent(res.Message) // sending reads it; its sender gets its read counts pushed
 	if len(res.Events) == 0 {
 		// Read fanout (a write-fanout message is at least the sender's event): no member's
 		// log has it; their long-polls are woken to read the conversation's new mark.

@@ -82,9 +82,10 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 }
 
 // positionsMoved records a member's positions after a commit moved them: the read counts
-// held in memory follow them.
+// held in memory follow them, and the senders of the group's messages get them pushed.
 func (s *Service) positionsMoved(convID, userID string, read, delivered int64) {
 	s.counts.advance(convID, userID, read, delivered)
+	s.countsChanged(convID) // and their senders are told
 }
 
 // target returns the position after an update to seq, and whether it moves.
