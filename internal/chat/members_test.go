@@ -35,38 +35,35 @@ func (s *memberRowCounter) Update(ctx context.Context, fn func(store.Tx) error) 
 	return s.updateCounter.Update(ctx, func(tx store.Tx) error { return fn(rowCountingTx{tx, &s.rows}) })
 }
 
+// rows counts the member rows a call returned.
+func (t rowCountingReadTx) rows(ms []store.Member, err error) ([]store.Member, error) {
+	t.n.Add(int64(len(ms)))
+	return ms, err
+}
+
 func (t rowCountingReadTx) Member(ctx context.Context, convID, userID string) (store.Member, error) {
 	t.n.Add(1)
 	return t.ReadTx.Member(ctx, convID, userID)
 }
 
 func (t rowCountingReadTx) Members(ctx context.Context, convID string) ([]store.Member, error) {
-	ms, err := t.ReadTx.Members(ctx, convID)
-	t.n.Add(int64(len(ms)))
-	return ms, err
+	return t.rows(t.ReadTx.Members(ctx, convID))
 }
 
 func (t rowCountingReadTx) MembersAfter(ctx context.Context, convID string, after int64, limit int) ([]store.Member, error) {
-	ms, err := t.ReadTx.MembersAfter(ctx, convID, after, limit)
-	t.n.Add(int64(len(ms)))
-	return ms, err
+	return t.rows(t.ReadTx.MembersAfter(ctx, convID, after, limit))
 }
 
 func (t rowCountingTx) Member(ctx context.Context, convID, userID string) (store.Member, error) {
-	t.n.Add(1)
-	return t.Tx.Member(ctx, convID, userID)
+	return rowCountingReadTx{t.Tx, t.n}.Member(ctx, convID, userID)
 }
 
 func (t rowCountingTx) Members(ctx context.Context, convID string) ([]store.Member, error) {
-	ms, err := t.Tx.Members(ctx, convID)
-	t.n.Add(int64(len(ms)))
-	return ms, err
+	return rowCountingReadTx{t.Tx, t.n}.Members(ctx, convID)
 }
 
 func (t rowCountingTx) MembersAfter(ctx context.Context, convID string, after int64, limit int) ([]store.Member, error) {
-	ms, err := t.Tx.MembersAfter(ctx, convID, after, limit)
-	t.n.Add(int64(len(ms)))
-	return ms, err
+	return rowCountingReadTx{t.Tx, t.n}.MembersAfter(ctx, convID, after, limit)
 }
 
 // TestLargeGroupMemberChangesReadO1Rows: in a read-fanout group of 20,000 members, a join,

@@ -520,6 +520,12 @@ func (r readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	if err != nil {
 		return nil, err
 	}
+	return t.asNewest(convID, ms)
+}
+
+// asNewest returns the stored rows ms of convID's members with what its newest message
+// implies (latest.member).
+func (t *txn) asNewest(convID string, ms []store.Member) ([]store.Member, error) {
 	n, err := t.newest(convID)
 	for i := range ms {
 		ms[i] = n.member(ms[i])
@@ -545,38 +551,18 @@ func (r readTx) MembersAfter(ctx context.Context, convID string, after int64, li
 		return nil, err
 	}
 	prefix := appendStr([]byte{tStanding}, convID)
-	it, err := t.iter(appendInt(slices.Clip(prefix), after+1), prefixEnd(prefix))
+	ms, err := t.indexedMembers(convID, prefix, appendInt(slices.Clip(prefix), after+1), limit, "standing", func(k []byte) (string, error) {
+		_, rest, err := readInt(k)
+		if err != nil {
+			return "", err
+		}
+		user, _, err := readStr(rest)
+		return user, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	var users []string
-	for valid := it.First(); valid && len(users) < limit; valid = it.Next() {
-		_, rest, err := readInt(it.Key()[len(prefix):])
-		var user string
-		if err == nil {
-			user, _, err = readStr(rest)
-		}
-		if err != nil {
-			return nil, errors.Join(corrupt(err, "standing of conversation %q", convID), it.Close())
-		}
-		users = append(users, user)
-	}
-	if err := closeIter(it); err != nil {
-		return nil, err
-	}
-	ms := make([]store.Member, 0, len(users))
-	for _, user := range users {
-		m, err := t.storedMember(convID, user)
-		if err != nil {
-			return nil, err // an index entry without its row is corrupt, not "not found"
-		}
-		ms = append(ms, m)
-	}
-	n, err := t.newest(convID)
-	for i := range ms {
-		ms[i] = n.member(ms[i])
-	}
-	return ms, err
+	return t.asNewest(convID, ms)
 }
 
 // LastOrdinal implements store.MemberReader: the last key of the standing index.
@@ -599,18 +585,19 @@ func (r readTx) LastOrdinal(ctx context.Context, convID string) (int64, error) {
 	return last, closeIter(it)
 }
 
-// storedMembers reads the conversation's member rows as stored, in Members order.
-func (t *txn) storedMembers(convID string) ([]store.Member, error) {
-	prefix := appendStr([]byte{tRoster}, convID)
-	it, err := t.iter(prefix, prefixEnd(prefix))
+// indexedMembers reads, as stored, the rows of the members of convID that an index names:
+// its keys from lower to the end of prefix, at most limit of them (all when limit < 0),
+// userOf reading the user from what follows prefix in a key.
+func (t *txn) indexedMembers(convID string, prefix, lower []byte, limit int, index string, userOf func([]byte) (string, error)) ([]store.Member, error) {
+	it, err := t.iter(lower, prefixEnd(prefix))
 	if err != nil {
 		return nil, err
 	}
 	var users []string
-	for valid := it.First(); valid; valid = it.Next() {
-		user, _, err := readStr(it.Key()[len(prefix):])
+	for valid := it.First(); valid && (limit < 0 || len(users) < limit); valid = it.Next() {
+		user, err := userOf(it.Key()[len(prefix):])
 		if err != nil {
-			return nil, errors.Join(corrupt(err, "roster of conversation %q", convID), it.Close())
+			return nil, errors.Join(corrupt(err, "%s of conversation %q", index, convID), it.Close())
 		}
 		users = append(users, user)
 	}
@@ -621,9 +608,22 @@ func (t *txn) storedMembers(convID string) ([]store.Member, error) {
 	for _, user := range users {
 		m, err := t.storedMember(convID, user)
 		if err != nil {
-			return nil, err // a roster entry without its row is corrupt, not "not found"
+			return nil, err // an index entry without its row is corrupt, not "not found"
 		}
 		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
+// storedMembers reads the conversation's member rows as stored, in Members order.
+func (t *txn) storedMembers(convID string) ([]store.Member, error) {
+	prefix := appendStr([]byte{tRoster}, convID)
+	ms, err := t.indexedMembers(convID, prefix, prefix, -1, "roster", func(k []byte) (string, error) {
+		user, _, err := readStr(k)
+		return user, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(ms, func(a, b store.Member) int {
 		return cmp.Or(cmp.Compare(a.Ordinal, b.Ordinal), cmp.Compare(a.UserID, b.UserID))
