@@ -161,6 +161,23 @@ type Receipts struct {
 	Readers *[]string `json:"readers,omitempty"`
 }
 
+// OpReceipts is the op of a ReceiptsPush.
+const OpReceipts = "receipts"
+
+// ReceiptsPush is the WebSocket push of a group's read counts to a message's sender
+// (docs/protocol.md section 7.2): {"op":"receipts","conv_id",...,"receipts":[...]}, with an
+// entry, as GET receipts answers it without readers, for each of the sender's newest
+// messages whose counts changed since the previous push (at most MaxReceiptsPushed), at
+// most one push per conversation per second.
+type ReceiptsPush struct {
+	Op       string     `json:"op"`
+	ConvID   string     `json:"conv_id"`
+	Receipts []Receipts `json:"receipts"`
+}
+
+// MaxReceiptsPushed is the most entries a ReceiptsPush carries: the sender's newest messages.
+const MaxReceiptsPushed = 20
+
 // MessagesPage answers GET /v1/conversations/{id}/messages.
 type MessagesPage struct {
 	Messages []Message `json:"messages"`

@@ -267,6 +267,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		return protocol.ConversationBrief{}, err
 	}
 	var out protocol.ConversationBrief
+	var joined, removed []store.Member
 	err = s.update(ctx, "update members", func(tx store.Tx, ob *outbox) error {
 		c, self, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
@@ -275,11 +276,17 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		if err := mayChangeMembers(c, me.UserID, req); err != nil { // the group may have changed since
 			return err
 		}
+		if c.ReadFanout() {
+			joined, removed, err = s.changeLargeGroup(ctx, tx, ob, c, self, req, &out)
+			return err
+		}
 		members, err := tx.Members(ctx, convID)
 		if err != nil {
 			return err
 		}
-		kept, removed, changed := applyMembership(c, members, req, s.nowMS())
+		var kept []store.Member
+		var changed bool
+		kept, removed, changed = applyMembership(c, members, req, s.nowMS())
 		if !changed {
 			out, err = brief(ctx, tx, c, self, members)
 			return err
@@ -303,10 +310,12 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		if err := tx.UpdateConversation(ctx, c); err != nil {
 			return err
 		}
-		return s.announce(ctx, tx, ob, c, kept, removed, joinedMembers(kept, members), me.UserID, &out)
+		joinedNow := joinedMembers(kept, members)
+		joined = slices.DeleteFunc(slices.Clone(kept), func(m store.Member) bool { return !joinedNow[m.UserID] })
+		return s.announce(ctx, tx, ob, c, kept, removed, joinedNow, me.UserID, &out)
 	})
 	if err == nil {
-		s.counts.drop(convID) // its members changed: counted again when next asked
+		s.counts.changeMembers(convID, joined, userIDs(removed))
 	}
 	return out, err
 }

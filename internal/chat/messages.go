@@ -81,7 +81,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 		return ack, err
 	}
-	s.counts.advance(res.Message.ConvID, res.Message.SenderID, res.Message.Seq, res.Message.Seq) // sending reads it
+	s.messageSent(res.Message) // sending reads it; its sender gets its read counts pushed
 	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)), &res.Message)
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated

@@ -33,21 +33,26 @@ func (s *Service) MarkDelivered(ctx context.Context, me Identity, convID string,
 // (store.MemberWriter.AdvancePositions), so no interleaving of devices or stale requests can
 // move a position backwards. A read snapshot
 // first answers the updates that would change nothing (stale or repeated), which are most
-// of a read storm, without taking the writer.
+// of a read storm, without taking the writer. In a read-fanout conversation the updates
+// that move are batched (positionBatch): a large group's members read at once.
 func (s *Service) advance(ctx context.Context, me Identity, convID string, seq int64, p position) (int64, error) {
 	if seq < 0 {
 		return 0, invalid("seq must not be negative")
 	}
 	var cur int64
-	var moves bool
+	var moves, batched bool
 	var after store.Member // the member as the update left it, if it moved
 	err := s.view(ctx, "position", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		cur, moves = target(c, m, seq, p)
+		batched = c.ReadFanout()
 		return err
 	})
 	if err != nil || !moves {
 		return cur, err
+	}
+	if batched {
+		return s.advanceBatched(ctx, convID, me.UserID, seq, p)
 	}
 	err = s.update(ctx, "position", func(tx store.Tx, ob *outbox) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
@@ -71,9 +76,16 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 		return s.emitPosition(ctx, tx, ob, c, me.UserID, cur, p)
 	})
 	if err == nil && after.UserID != "" {
-		s.counts.advance(convID, me.UserID, after.ReadSeq, after.DeliveredSeq)
+		s.positionsMoved(convID, me.UserID, after.ReadSeq, after.DeliveredSeq)
 	}
 	return cur, err
+}
+
+// positionsMoved records a member's positions after a commit moved them: the read counts
+// held in memory follow them, and the senders of the group's messages get them pushed.
+func (s *Service) positionsMoved(convID, userID string, read, delivered int64) {
+	s.counts.advance(convID, userID, read, delivered)
+	s.countsChanged(convID) // and their senders are told
 }
 
 // target returns the position after an update to seq, and whether it moves.

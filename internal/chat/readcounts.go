@@ -15,8 +15,9 @@ import (
 // built from a read snapshot the first time a conversation is asked for, and then raised by
 // every position change this process commits. Positions only move forward, so applying the
 // larger of two values in any order gives the same state; a build that a change or a member
-// change overtook is thrown away rather than installed. A member change drops the
-// conversation, to be built again. On several nodes (the scale-out issue) the changes other
+// change overtook is thrown away rather than installed. Member changes add and remove
+// members (changeMembers), so that a group with steady joins is not counted from all its
+// members again and again. On several nodes (the scale-out issue) the changes other
 // nodes commit will have to reach it too.
 //
 // Every send and read goes through it, so it is split in shards by conversation, each with
@@ -138,7 +139,8 @@ func (rc *readCounts) advance(convID, user string, read, delivered int64) {
 	}
 	p, in := c.pos[user]
 	if !in {
-		return // not a member when it was built; a member change drops it
+		r.dropLocked(convID) // a join not applied yet: see changeMembers
+		return
 	}
 	if read > p[0] {
 		c.read.Remove(p[0])
@@ -153,14 +155,52 @@ func (rc *readCounts) advance(convID, user string, read, delivered int64) {
 	c.pos[user] = p
 }
 
-// drop forgets convID after a member change committed.
-func (rc *readCounts) drop(convID string) {
+// changeMembers applies a committed member change to convID: the members joined, with
+// their positions as the change wrote them, are counted and the users in left are not, so
+// that a group with steady joins is not counted again from all its members each time.
+//
+// Changes are applied after their commits, in whatever order the callers get here, so
+// what it finds tells whether that order was the commits': a joiner already held, a leaver
+// not held, or (in advance) a position of a member not held means a change and a position
+// update crossed (a leave and a join again of one user, a read by a joiner before the
+// join is applied). It then drops the conversation, to be counted again from a snapshot
+// when next asked; that is rare, and the counts are never wrong.
+func (rc *readCounts) changeMembers(convID string, joined []store.Member, left []string) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.building[convID]; b != nil {
 		b.stale = true
 	}
+	c := r.convs[convID]
+	if c == nil {
+		return
+	}
+	for _, m := range joined {
+		if _, in := c.pos[m.UserID]; in {
+			r.dropLocked(convID)
+			return
+		}
+		c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
+		c.read.Add(m.ReadSeq)
+		c.delivered.Add(m.DeliveredSeq)
+		r.members++
+	}
+	for _, u := range left {
+		p, in := c.pos[u]
+		if !in {
+			r.dropLocked(convID)
+			return
+		}
+		delete(c.pos, u)
+		c.read.Remove(p[0])
+		c.delivered.Remove(p[1])
+		r.members--
+	}
+}
+
+// dropLocked forgets convID. r.mu must be held.
+func (r *countShard) dropLocked(convID string) {
 	if c := r.convs[convID]; c != nil {
 		r.members -= len(c.pos)
 		delete(r.convs, convID)

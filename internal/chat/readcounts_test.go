@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -15,9 +16,22 @@ import (
 // M" (answered from positions held in memory once asked for) equals a count over the
 // members' stored positions, after random concurrent reads (many of them stale, which must
 // not move a position back), sends (the sender reads its own message), receipts asked
-// meanwhile, and a member leaving.
+// meanwhile, a member leaving, and joins and leaves racing reads (the counts follow member
+// changes without being built again), in a write-fanout and a read-fanout group (whose
+// reads are batched).
 func TestReceiptCountsMatchABruteForceCount(t *testing.T) {
-	e := newEnv(t)
+	for _, fanout := range []string{protocol.FanoutWrite, protocol.FanoutRead} {
+		t.Run(fanout, func(t *testing.T) {
+			cfg := chat.DefaultConfig()
+			if fanout == protocol.FanoutRead {
+				cfg.WriteFanoutMax = 10
+			}
+			testReceiptCounts(t, newEnvWith(t, cfg), fanout)
+		})
+	}
+}
+
+func testReceiptCounts(t *testing.T, e *env, fanout string) {
 	ctx := context.Background()
 	var users []string
 	for i := range 30 {
@@ -26,8 +40,8 @@ func TestReceiptCountsMatchABruteForceCount(t *testing.T) {
 		users = append(users, u)
 	}
 	g, err := e.svc.CreateConversation(ctx, me("alice"), protocol.CreateConversationRequest{Type: "group", Name: "big", Members: users})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || g.Fanout != fanout {
+		t.Fatalf("group %+v, %v; want fanout %s", g, err, fanout)
 	}
 	for range 20 {
 		e.send(t, "alice", g.ConvID)
@@ -103,4 +117,35 @@ func TestReceiptCountsMatchABruteForceCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after a member left")
+
+	// Joins and leaves, each its own call, racing reads by the members who stay.
+	var joiners []string
+	for i := range 10 {
+		joiners = append(joiners, fmt.Sprintf("n%02d", i))
+		e.user(t, joiners[i])
+	}
+	for i, u := range users[10:30] {
+		wg.Go(func() {
+			var err error
+			switch {
+			case i < 10:
+				_, err = e.svc.UpdateMembers(ctx, me("alice"), g.ConvID, protocol.MembersRequest{Add: []string{joiners[i]}})
+			case i < 15:
+				_, err = e.svc.UpdateMembers(ctx, me(u), g.ConvID, protocol.MembersRequest{Remove: []string{u}})
+			default:
+				_, err = e.svc.MarkRead(ctx, me(u), g.ConvID, int64(15+i))
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	check("after joins and leaves racing reads")
+	for _, u := range joiners[:5] {
+		if _, err := e.svc.MarkRead(ctx, me(u), g.ConvID, 23); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after joiners read")
 }

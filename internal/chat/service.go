@@ -74,9 +74,12 @@ type Service struct {
 	log    *slog.Logger
 	obs    Observer
 
-	gens   sync.Map        // user id -> int64 token generation, cached after first use
-	counts *readCounts     // members' positions of groups whose receipts were asked for
-	recent *recentMessages // the newest messages of active read-fanout conversations
+	gens      sync.Map                    // user id -> int64 token generation, cached after first use
+	counts    *readCounts                 // members' positions of groups whose receipts were asked for
+	recent    *recentMessages             // the newest messages of active read-fanout conversations
+	positions *positionBatch              // read-fanout conversations' position updates waiting for their batch
+	receipts  *receiptPushes              // read counts pushed to senders
+	afterFunc func(time.Duration, func()) // Options.AfterFunc
 
 	room func() error // see Options.Room; never nil
 
@@ -107,8 +110,12 @@ type Options struct {
 	DirectIDKey []byte
 	Config      Config
 	Now         func() time.Time // default time.Now
-	Logger      *slog.Logger     // default slog.Default()
-	Observer    Observer         // default: none
+	// AfterFunc runs f once d has passed on Now's clock, on a goroutine of its own; the
+	// receipts pushes wait with it. Default: time.AfterFunc. Tests with a fake Now pass a
+	// fake of it too.
+	AfterFunc func(d time.Duration, f func())
+	Logger    *slog.Logger // default slog.Default()
+	Observer  Observer     // default: none
 	// Room reports whether the store's disk has room for writes again (nil) or why not. A
 	// write failure stays reported by Healthy until a write succeeds while Room says yes:
 	// one small write can succeed on a disk that is still full. Default: always room.
@@ -118,12 +125,15 @@ type Options struct {
 // New returns a Service. It does not start background work; call RunRetention for that.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		counts: newReadCounts(), recent: newRecentMessages()}
+		counts: newReadCounts(), recent: newRecentMessages(), positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.afterFunc == nil {
+		s.afterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
 	}
 	if s.log == nil {
 		s.log = slog.Default()

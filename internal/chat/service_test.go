@@ -41,11 +41,17 @@ type env struct {
 // newEnv returns a service on a fresh embedded store, with users alice, bob and carol.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, chat.DefaultConfig())
+}
+
+// newEnvWith is newEnv with the configuration cfg.
+func newEnvWith(t *testing.T, cfg chat.Config) *env {
+	t.Helper()
 	st := openStore(t)
 	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	svc := chat.New(chat.Options{
 		Store: st, Hub: hub.New(), Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")),
-		Config: chat.DefaultConfig(), Now: clk.Now,
+		Config: cfg, Now: clk.Now,
 	})
 	e := &env{svc: svc, clock: clk, store: st}
 	for _, u := range []string{"alice", "bob", "carol"} {

@@ -143,7 +143,10 @@ func (s *Service) Sync(ctx context.Context, me Identity, cursor, mark int64, lim
 			return resp, err
 		}
 		select {
-		case <-sub.Events():
+		case ev := <-sub.Events():
+			if ev.Cursor == 0 {
+				continue // ephemeral (a receipts push): not in the log, not a long-poll's
+			}
 		case <-watch.C():
 		case <-sub.Done(): // overflowed (so events exist) or kicked: answer with what is there
 			return s.events(ctx, me.UserID, cursor, mark, limit, nil)

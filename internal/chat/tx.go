@@ -191,6 +191,11 @@ func (s *Service) published(ctx context.Context, n int) {
 	if n > 0 {
 		s.obs.EventsCommitted(n)
 	}
+	countEvents(ctx, n)
+}
+
+// countEvents adds n to the count of ctx, if it is from WithEventCount.
+func countEvents(ctx context.Context, n int) {
 	if c, ok := ctx.Value(eventCountKey{}).(*atomic.Int64); ok {
 		c.Add(int64(n))
 	}

@@ -716,7 +716,7 @@ func (c *wsConn) finish() {
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
 func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool {
-	if ev.Cursor == 0 { // ephemeral: a frame of its own, in no log
+	if ev.Cursor == 0 { // ephemeral, in no log (a receipts push): its Data is the whole frame
 		return c.pushFrame(ev.Data)
 	}
 	if ev.Cursor <= *last {

@@ -206,6 +206,13 @@ type MemberReader interface {
 	// Members returns every member of the conversation ordered by Ordinal (longest-standing
 	// first); empty when the conversation has none or does not exist.
 	Members(ctx context.Context, convID string) ([]Member, error)
+	// MembersAfter returns up to limit members of the conversation whose Ordinal is above
+	// after, in Members order: a page of the member list, read without the rest of it (a
+	// large group has 100,000 members). Empty when there are none.
+	MembersAfter(ctx context.Context, convID string, after int64, limit int) ([]Member, error)
+	// LastOrdinal returns the highest Ordinal among the conversation's members (0 when it
+	// has none), the one a member joining next exceeds, without reading the members.
+	LastOrdinal(ctx context.Context, convID string) (int64, error)
 	// Memberships returns every conversation the user is a member of, hidden ones included,
 	// in no particular order.
 	Memberships(ctx context.Context, userID string) ([]Membership, error)

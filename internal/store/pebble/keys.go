@@ -17,6 +17,7 @@ import (
 //	m  enc(conv) enc(user)                -> member row (positions, ordinal, hidden)
 //	M  enc(user) enc(conv)                -> empty: members by user, for Memberships
 //	r  enc(conv) enc(user)                -> empty: the roster of a conversation, for Members
+//	o  enc(conv) int(ordinal) enc(user)   -> empty: members by standing, for MembersAfter and LastOrdinal (layout 2)
 //	g  enc(conv) int(seq)                 -> message row (every field but conv and seq)
 //	i  enc(msg_id)                        -> enc(conv) int(seq): written by layout 1 only
 //	k  enc(sender) enc(client_msg_id)     -> enc(conv) int(seq): unique (sender, client_msg_id)
@@ -41,7 +42,8 @@ import (
 // may write it again: it is only a hint) and removed by PruneEvents once that hour is past
 // the retention bound and the user's events of it are gone; where layout 1 wrote one time
 // index entry t per event, an event now costs no index entry at all. Keys m and M, g and k
-// are always written and removed together, and so are m and r: an index entry exists
+// are always written and removed together, and so are m and r, and m and o (o carries the
+// row's ordinal): an index entry exists
 // exactly when its row does. Keys i were a msg_id index that nothing read; databases from before
 // they were dropped still hold them, unused.
 //
@@ -68,11 +70,14 @@ const (
 	tVersion      byte = 'v'
 	tReadFanout   byte = 'R' // R enc(user) enc(conv): the user is a member of a read-fanout conversation
 	tMark         byte = 'x' // x: the store's latest mark (store.MarkReader)
+	tStanding     byte = 'o' // o enc(conv) int(ordinal) enc(user): members by standing
 )
 
 // layoutVersion is the version of the key layout and value encoding stored under key v.
-// Open refuses a database written by a newer layout.
-const layoutVersion = 1
+// Open refuses a database written by a newer layout, and brings an older one up to date:
+// layout 2 adds the standing index o, which Open builds from the member rows of a layout 1
+// database (upgradeLayout).
+const layoutVersion = 2
 
 // errCorrupt reports a key or value that does not decode.
 var errCorrupt = errors.New("malformed stored data")
@@ -151,6 +156,10 @@ func memberKey(b []byte, conv, user string) []byte {
 
 func rosterKey(b []byte, conv, user string) []byte {
 	return appendStr(appendStr(append(b, tRoster), conv), user)
+}
+
+func standingKey(b []byte, conv string, ordinal int64, user string) []byte {
+	return appendStr(appendInt(appendStr(append(b, tStanding), conv), ordinal), user)
 }
 
 func readFanoutKey(b []byte, user, conv string) []byte {

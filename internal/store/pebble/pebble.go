@@ -274,14 +274,55 @@ func checkVersion(db *pebble.DB) error {
 	case err != nil:
 		return fmt.Errorf("pebble: read layout version: %w", err)
 	}
-	defer closer.Close()
 	d := decoder{b: v}
 	got := d.varint()
-	if err := d.done(); err != nil {
+	err = errors.Join(d.done(), closer.Close())
+	switch {
+	case err != nil:
 		return fmt.Errorf("pebble: read layout version: %w", err)
-	}
-	if got > layoutVersion {
+	case got > layoutVersion:
 		return fmt.Errorf("pebble: database layout version %d is newer than this binary's %d", got, layoutVersion)
+	case got < 2:
+		return upgradeLayout(db)
+	}
+	return nil
+}
+
+// upgradeLayout brings a layout 1 database to layout 2: it writes the standing index o of
+// every member row, and the new version, in one synced batch, so that a crash leaves
+// either layout, whole.
+func upgradeLayout(db *pebble.DB) error {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{tMember}, UpperBound: []byte{tMember + 1}})
+	if err != nil {
+		return fmt.Errorf("pebble: upgrade to layout 2: %w", err)
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	var key []byte
+	for valid := it.First(); valid; valid = it.Next() {
+		conv, rest, err := readStr(it.Key()[1:])
+		if err == nil {
+			var user string
+			if user, _, err = readStr(rest); err == nil {
+				var m store.Member
+				if m, err = decodeMember(it.Value(), conv, user); err == nil {
+					key = standingKey(key[:0], conv, m.Ordinal, user)
+					err = b.Set(key, nil, nil)
+				}
+			}
+		}
+		if err != nil {
+			return errors.Join(fmt.Errorf("pebble: upgrade to layout 2: member row %q: %w", it.Key(), err), it.Close())
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("pebble: upgrade to layout 2: %w", err)
+	}
+	if err := b.Set(versionKey, appendVarint(nil, layoutVersion), nil); err != nil {
+		return fmt.Errorf("pebble: upgrade to layout 2: %w", err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("pebble: upgrade to layout 2: %w", err)
 	}
 	return nil
 }

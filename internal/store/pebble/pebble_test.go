@@ -132,6 +132,51 @@ func TestNewerLayoutIsRefused(t *testing.T) {
 	}
 }
 
+// TestLayout1IsUpgraded: a database of layout 1 (member rows without the standing index)
+// gets the index when opened, so that MembersAfter and LastOrdinal see its members.
+func TestLayout1IsUpgraded(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openTest(t, Options{Dir: dir})
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		for i, u := range []string{"bob", "alice", "carol"} {
+			if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: u, Ordinal: int64(3 - i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Make it layout 1: no o keys, version 1.
+	b := s.db.NewBatch()
+	if err := b.DeleteRange([]byte{tStanding}, []byte{tStanding + 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Set(versionKey, appendVarint(nil, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, Options{Dir: dir})
+	if err := s.View(ctx, func(tx store.ReadTx) error {
+		ms, err := tx.MembersAfter(ctx, "c1", 1, 10)
+		if err != nil || len(ms) != 2 || ms[0].UserID != "alice" || ms[1].UserID != "bob" {
+			t.Errorf("MembersAfter after the upgrade = %+v, %v; want alice, bob", ms, err)
+		}
+		if n, err := tx.LastOrdinal(ctx, "c1"); err != nil || n != 3 {
+			t.Errorf("LastOrdinal after the upgrade = %d, %v; want 3", n, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCloseWaitsForViews(t *testing.T) {
 	s := openTest(t, Options{})
 	ctx := t.Context()

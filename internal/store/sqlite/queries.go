@@ -18,6 +18,8 @@ const (
 	stConversation
 	stMember
 	stMembers
+	stMembersAfter
+	stLastOrdinal
 	stMemberships
 	stReadFanoutChanges
 	stLastMark
@@ -67,10 +69,13 @@ const (
 // than a package variable, so that nothing mutable is shared between stores.
 func statementSQL() [numStmts]string {
 	return [numStmts]string{
-		stUser:              `SELECT ` + userCols + ` FROM users WHERE id = ?`,
-		stConversation:      `SELECT ` + convCols + ` FROM conversations WHERE id = ?`,
-		stMember:            `SELECT ` + memberCols + ` FROM members WHERE conv_id = ? AND user_id = ?`,
-		stMembers:           `SELECT ` + memberCols + ` FROM members WHERE conv_id = ?`,
+		stUser:         `SELECT ` + userCols + ` FROM users WHERE id = ?`,
+		stConversation: `SELECT ` + convCols + ` FROM conversations WHERE id = ?`,
+		stMember:       `SELECT ` + memberCols + ` FROM members WHERE conv_id = ? AND user_id = ?`,
+		stMembers:      `SELECT ` + memberCols + ` FROM members WHERE conv_id = ?`,
+		stMembersAfter: `SELECT ` + memberCols + ` FROM members INDEXED BY members_by_ordinal
+			WHERE conv_id = ? AND ordinal > ? ORDER BY ordinal, user_id LIMIT ?`,
+		stLastOrdinal:       `SELECT coalesce(max(ordinal), 0) FROM members WHERE conv_id = ?`,
 		stMemberships:       membershipsSQL,
 		stReadFanoutChanges: membershipsSQL + ` AND c.read_from > 0 AND c.mark > ?`,
 		stLastMark:          `SELECT coalesce(max(mark), 0) FROM conversations`,

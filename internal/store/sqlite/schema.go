@@ -19,6 +19,10 @@ func migrations() [][]string {
 		// the store's latest mark is the highest, found by the index.
 		`ALTER TABLE conversations ADD COLUMN mark INTEGER NOT NULL DEFAULT 0`,
 		`CREATE INDEX conversations_by_mark ON conversations (mark)`,
+	}, {
+		// v4: members by standing, so that a page of a large group's members
+		// (store.MemberReader.MembersAfter) and its last ordinal read only what they return.
+		`CREATE INDEX members_by_ordinal ON members (conv_id, ordinal)`,
 	}}
 }
 

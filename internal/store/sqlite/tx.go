@@ -113,6 +113,28 @@ func (t readTx) Members(ctx context.Context, convID string) ([]store.Member, err
 	return ms, nil
 }
 
+// MembersAfter implements store.MemberReader, by the index members_by_ordinal.
+func (t readTx) MembersAfter(ctx context.Context, convID string, after int64, limit int) ([]store.Member, error) {
+	rows, err := t.q.query(ctx, stMembersAfter, convID, after, limit)
+	if err != nil {
+		return nil, t.q.fail(err, "members of conversation %q", convID)
+	}
+	ms, err := collect(rows, scanMember)
+	if err != nil {
+		return nil, t.q.fail(err, "members of conversation %q", convID)
+	}
+	return ms, nil
+}
+
+// LastOrdinal implements store.MemberReader, by the index members_by_ordinal.
+func (t readTx) LastOrdinal(ctx context.Context, convID string) (int64, error) {
+	var last int64
+	if err := t.q.queryRow(ctx, stLastOrdinal, convID).Scan(&last); err != nil {
+		return 0, t.q.fail(err, "last ordinal of conversation %q", convID)
+	}
+	return last, nil
+}
+
 // Memberships implements store.MemberReader.
 func (t readTx) Memberships(ctx context.Context, userID string) ([]store.Membership, error) {
 	rows, err := t.q.query(ctx, stMemberships, userID)

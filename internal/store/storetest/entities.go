@@ -223,3 +223,96 @@ func testMemberDelete(t *testing.T, s store.Store) {
 		return nil
 	})
 }
+
+// testMembersPaged: MembersAfter pages the members by standing and LastOrdinal gives the
+// highest ordinal, both following joins, leaves, a changed ordinal and a failed Update,
+// seeing the transaction's own writes, and never the members of another conversation
+// (c10's id extends c1's).
+func testMembersPaged(t *testing.T, s store.Store) {
+	ordinals := map[string]int64{"carol": 3, "alice": 1, "bob": 2, "dave": 4, "erin": 5}
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		for u, o := range ordinals {
+			if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: u, Ordinal: o, ReadSeq: o}); err != nil {
+				return err
+			}
+		}
+		return tx.PutMember(ctx, store.Member{ConvID: "c10", UserID: "zed", Ordinal: 9})
+	})
+	page := func(ctx context.Context, tx store.ReadTx, after int64, limit int) []string {
+		t.Helper()
+		ms, err := tx.MembersAfter(ctx, "c1", after, limit)
+		if err != nil {
+			t.Fatalf("MembersAfter(%d, %d): %v", after, limit, err)
+		}
+		var got []string
+		for _, m := range ms {
+			if m.ReadSeq != m.Ordinal || m.ConvID != "c1" {
+				t.Errorf("MembersAfter: row %+v is not the one stored", m)
+			}
+			got = append(got, m.UserID)
+		}
+		return got
+	}
+	last := func(ctx context.Context, tx store.ReadTx, conv string) int64 {
+		t.Helper()
+		n, err := tx.LastOrdinal(ctx, conv)
+		if err != nil {
+			t.Fatalf("LastOrdinal(%s): %v", conv, err)
+		}
+		return n
+	}
+	check := func(ctx context.Context, tx store.ReadTx, what string, after int64, limit int, want []string) {
+		t.Helper()
+		if got := page(ctx, tx, after, limit); !slices.Equal(got, want) {
+			t.Errorf("%s: MembersAfter(%d, %d) = %v, want %v", what, after, limit, got, want)
+		}
+	}
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		check(ctx, tx, "first page", 0, 2, []string{"alice", "bob"})
+		check(ctx, tx, "second page", 2, 2, []string{"carol", "dave"})
+		check(ctx, tx, "last page", 4, 2, []string{"erin"})
+		check(ctx, tx, "past the end", 5, 2, nil)
+		if n := last(ctx, tx, "c1"); n != 5 {
+			t.Errorf("LastOrdinal = %d, want 5", n)
+		}
+		if n := last(ctx, tx, "none"); n != 0 {
+			t.Errorf("LastOrdinal of an unknown conversation = %d, want 0", n)
+		}
+		if ms, err := tx.MembersAfter(ctx, "none", 0, 10); err != nil || len(ms) != 0 {
+			t.Errorf("MembersAfter of an unknown conversation = %v, %v; want empty", ms, err)
+		}
+		return nil
+	})
+	update(t, s, func(ctx context.Context, tx store.Tx) error {
+		if err := tx.DeleteMember(ctx, "c1", "erin"); err != nil {
+			return err
+		}
+		if err := tx.DeleteMember(ctx, "c1", "bob"); err != nil {
+			return err
+		}
+		if err := tx.PutMember(ctx, store.Member{ConvID: "c1", UserID: "alice", Ordinal: 6, ReadSeq: 6}); err != nil {
+			return err
+		}
+		check(ctx, tx, "inside the Update that changed it", 0, 10, []string{"carol", "dave", "alice"})
+		return nil
+	})
+	wantErr(t, "a failed Update", s.Update(context.Background(), func(tx store.Tx) error {
+		if err := tx.PutMember(context.Background(), store.Member{ConvID: "c1", UserID: "fred", Ordinal: 7, ReadSeq: 7}); err != nil {
+			return err
+		}
+		return errTest
+	}), errTest)
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		check(ctx, tx, "after leaves, a moved ordinal and a failed join", 0, 10, []string{"carol", "dave", "alice"})
+		check(ctx, tx, "after leaves, from the middle", 3, 1, []string{"dave"})
+		if n := last(ctx, tx, "c1"); n != 6 {
+			t.Errorf("LastOrdinal after the changes = %d, want 6", n)
+		}
+		for _, u := range []string{"bob", "erin", "fred"} { // the other indexes went (or never came) with the row
+			if ms, err := tx.Memberships(ctx, u); err != nil || len(ms) != 0 {
+				t.Errorf("Memberships(%s) after leaving = %+v, %v; want none", u, ms, err)
+			}
+		}
+		return nil
+	})
+}

@@ -36,6 +36,7 @@ func Run(t *testing.T, h Harness) {
 		{"Members/OrderedByOrdinal", testMembersOrdered},
 		{"Members/Memberships", testMemberships},
 		{"Members/Delete", testMemberDelete},
+		{"Members/Paged", testMembersPaged},
 		{"Positions/OnlyAdvance", testPositionsOnlyAdvance},
 		{"Positions/Concurrent", testPositionsConcurrent},
 		{"Messages/InsertAndLookup", testMessageInsertAndLookup},
