@@ -70,7 +70,7 @@ type readConv struct {
 	// started is set once have is known (from a brief, a snapshot or Options.Seqs): a push
 	// that races ahead of the open's answer is held, not fetched from seq 0.
 	started bool
-	held  map[int64]Message // pushed messages above have+1, waiting for the gap below them
+	held    map[int64]Message // pushed messages above have+1, waiting for the gap below them
 
 	stopPull func() bool // a scheduled pull, nil if none: notices meanwhile coalesce into it
 	due      bool        // the pull should run now
