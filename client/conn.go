@@ -156,13 +156,9 @@ type inFrame struct {
 	Receipts      []Receipts          `json:"receipts"`      // "receipts"
 }
 
-// Read fanout's pushes (section 9.5).
-const (
-	pushMessage  = "message"
-	pushNotice   = "notice"
-	pushChanges  = "changes"
-	pushReceipts = "receipts"
-)
+// pushReceipts is the push of read counts to a message's sender (issue 9's contract; not in
+// package protocol yet).
+const pushReceipts = "receipts"
 
 // reply is a reply frame as the reader decoded it: its envelope, and the whole frame for
 // the result's fields, which only the request that waits for it knows how to decode, unless

@@ -311,7 +311,7 @@ func (fc *fakeConn) readLoop() {
 			seq := int64(fr["seq"].(float64))
 			fc.f.delivered <- deliveredNote{conv: fr["conv_id"].(string), seq: seq}
 			fc.write(map[string]any{"id": id, "code": 0, "delivered_seq": seq})
-		case opOpen:
+		case protocol.OpOpen:
 			conv, _ := fr["conv_id"].(string)
 			fc.f.mu.Lock()
 			b, ok := fc.f.briefs[conv]
@@ -326,7 +326,7 @@ func (fc *fakeConn) readLoop() {
 				}{id, 0, b})
 			}
 			fc.frames <- fr
-		case opClose:
+		case protocol.OpClose:
 			fc.write(protocol.ReplyFrame{ID: id})
 			fc.frames <- fr
 		case protocol.OpSend:

@@ -36,26 +36,6 @@ const maxHeld = 1000
 // historyPage is the page size of the pulls: the largest the server serves (section 6.3).
 const historyPage = 200
 
-// The ops of section 9.3 that open and close a conversation on the connection.
-const (
-	opOpen  = "open"
-	opClose = "close"
-)
-
-// Wire frames of section 9.5 that only the session reads.
-type (
-	noticeFrame struct {
-		ConvID       string `json:"conv_id"`
-		MaxSeq       int64  `json:"max_seq"`
-		Unread       int64  `json:"unread"`
-		MembersCount int    `json:"members_count"`
-		PullDelayMS  int64  `json:"pull_delay_ms"`
-	}
-	convParams struct {
-		ConvID string `json:"conv_id"`
-	}
-)
-
 // afterFunc runs f after d unless the returned stop is called first (time.AfterFunc; tests
 // substitute a clock they advance by hand).
 type afterFunc func(d time.Duration, f func()) (stop func() bool)
@@ -256,7 +236,7 @@ func (r *readConvs) saveMarkLocked() {
 }
 
 // notice applies a notice: the brief's counters at once, the pull after its delay.
-func (r *readConvs) notice(n noticeFrame) {
+func (r *readConvs) notice(n protocol.NoticePush) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rc := r.convs[n.ConvID]
@@ -267,9 +247,6 @@ func (r *readConvs) notice(n noticeFrame) {
 	}
 	if n.MaxSeq >= rc.brief.MaxSeq {
 		rc.brief.MaxSeq = n.MaxSeq
-		if n.MembersCount > 0 {
-			rc.brief.MembersCount = n.MembersCount
-		}
 		rc.floor = max(rc.floor, n.MaxSeq-n.Unread)
 	}
 	rc.setUnread()
@@ -637,7 +614,7 @@ func (c *Client) OpenConversation(ctx context.Context, convID string) (Conversat
 		return ConversationBrief{}, ErrNotConnected
 	}
 	var b ConversationBrief
-	if err := cn.request(ctx, opOpen, convParams{ConvID: convID}, &b); err != nil {
+	if err := cn.request(ctx, protocol.OpOpen, protocol.ConvRequest{ConvID: convID}, &b); err != nil {
 		return b, err
 	}
 	c.rooms.mu.Lock()
@@ -668,7 +645,7 @@ func (c *Client) CloseConversation(ctx context.Context, convID string) error {
 	if cn == nil {
 		return nil
 	}
-	return cn.request(ctx, opClose, convParams{ConvID: convID}, nil)
+	return cn.request(ctx, protocol.OpClose, protocol.ConvRequest{ConvID: convID}, nil)
 }
 
 // reopen opens again, on a new connection, the conversations the app has open.
@@ -679,7 +656,7 @@ func (c *Client) reopen(ctx context.Context, cn *wsConn) {
 	for _, id := range ids {
 		rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 		var b ConversationBrief
-		err := cn.request(rctx, opOpen, convParams{ConvID: id}, &b)
+		err := cn.request(rctx, protocol.OpOpen, protocol.ConvRequest{ConvID: id}, &b)
 		cancel()
 		switch {
 		case err == nil:
@@ -742,16 +719,16 @@ func (r *readConvs) latestMark() int64 {
 // updates state and wakes the puller: it never waits for the app or the network.
 func (c *Client) readFanoutPush(op string, f *inFrame, data []byte) {
 	switch op {
-	case pushMessage:
+	case protocol.OpMessage:
 		if f.Message != nil && f.Message.ConvID != "" && f.Message.Seq > 0 {
 			c.rooms.push(*f.Message)
 		}
-	case pushNotice:
-		var n noticeFrame
+	case protocol.OpNotice:
+		var n protocol.NoticePush
 		if json.Unmarshal(data, &n) == nil && n.ConvID != "" {
 			c.rooms.notice(n)
 		}
-	case pushChanges:
+	case protocol.OpChanges:
 		c.rooms.applyMark(f.Mark, f.Conversations, c.opts.PullDelayMax)
 	case pushReceipts:
 		if f.ConvID != "" {

@@ -407,6 +407,18 @@ export class ParleyClient extends EventTarget {
     }
   }
 
+  /**
+   * A group message just sent has been read by nobody yet: its receipts start at 0 of the
+   * other members, and the server's receipts pushes move them as members read.
+   */
+  _seedReceipts(convId, seq) {
+    const c = this.state.conversation(convId);
+    if (c?.type !== 'group' || !(seq > 0)) return;
+    let cache = this._receipts.get(convId);
+    if (!cache) this._receipts.set(convId, (cache = new Map()));
+    if (!cache.has(seq)) cache.set(seq, { seq, member_count: Math.max(0, (c.members_count ?? 1) - 1), read_count: 0, delivered_count: 0 });
+  }
+
   /** Applies one of read fanout's pushes (section 9.5). */
   _onReadFanoutPush(f) {
     switch (f.op) {
@@ -773,6 +785,7 @@ export class ParleyClient extends EventTarget {
       if (p.extra) body.extra = p.extra;
       const ack = await this._request('send', body);
       this.state.applyAck(id, ack);
+      this._seedReceipts(p.conv_id, ack.seq);
       this._afterChange();
       this.saveNow();
       return true;
