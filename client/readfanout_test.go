@@ -138,6 +138,23 @@ func (s *readSession) awaitBrief(t *testing.T, what string, ok func(Conversation
 	}
 }
 
+// expectHistory checks the after_seq of every history request so far.
+func (s *readSession) expectHistory(t *testing.T, why string, want ...int64) {
+	t.Helper()
+	if got := s.historyAfter(); !slices.Equal(got, want) {
+		t.Errorf("history after_seq %v, want %v (%s)", got, want, why)
+	}
+}
+
+// stop ends the session and checks that nothing more was handed to OnEvent.
+func (s *readSession) stop(t *testing.T) {
+	t.Helper()
+	if err := s.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	expectNoMore(t, s.evs)
+}
+
 func (s *readSession) historyAfter() []int64 {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
@@ -174,13 +191,8 @@ func TestReadFanoutNoticeWaitsPullDelayThenFetchesHistory(t *testing.T) {
 		t.Fatalf("%d timers fired, want 1", n)
 	}
 	s.expectSeqs(t, 3, 4, 5, 6, 7)
-	if got, want := s.historyAfter(), []int64{2, 4, 6}; !slices.Equal(got, want) {
-		t.Errorf("history after_seq %v, want pages %v (after the last seq held, up to max_seq)", got, want)
-	}
-	if err := s.c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	expectNoMore(t, s.evs)
+	s.expectHistory(t, "pages after the last seq held, up to max_seq", 2, 4, 6)
+	s.stop(t)
 }
 
 func TestReadFanoutPushesFillGapsAndDropRepeats(t *testing.T) {
@@ -202,13 +214,8 @@ func TestReadFanoutPushesFillGapsAndDropRepeats(t *testing.T) {
 	s.pushMessage(t, 3)
 	s.pushMessage(t, 6)
 	s.expectSeqs(t, 6)
-	if got, want := s.historyAfter(), []int64{0, 3}; !slices.Equal(got, want) {
-		t.Errorf("history after_seq %v, want %v (the open's catch-up, then the gap)", got, want)
-	}
-	if err := s.c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	expectNoMore(t, s.evs)
+	s.expectHistory(t, "the open's catch-up, then the gap", 0, 3)
+	s.stop(t)
 }
 
 func TestReadFanoutHonoursRetryAfter(t *testing.T) {
@@ -269,10 +276,7 @@ func TestReadFanoutMarkIsKeptSentAndPersisted(t *testing.T) {
 	if len(marks) == 0 || marks[0] != "9" {
 		t.Errorf("HTTP sync marks %v, want mark=9", marks)
 	}
-	if err := s.c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	expectNoMore(t, s.evs)
+	s.stop(t)
 
 	// A new session given the persisted values resumes from them.
 	f := newFake(t)
