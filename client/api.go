@@ -99,6 +99,9 @@ func (c *Client) MarkRead(ctx context.Context, convID string, seq int64) (int64,
 	var out protocol.ReadPosition
 	req := protocol.PositionRequest{Seq: &seq}
 	_, err := c.http.do(ctx, http.MethodPost, convPath(convID, "/read"), nil, req, &out)
+	if err == nil {
+		c.rooms.ownRead(convID, out.ReadSeq) // unread of a read-fanout conversation drops now
+	}
 	return out.ReadSeq, err
 }
 
@@ -132,15 +135,33 @@ func (c *Client) Recall(ctx context.Context, convID string, seq int64) error {
 // Sync returns up to limit events after cursor (0: the server's default of 100). With wait >
 // 0 and nothing to return, the server holds the call up to wait (at most 30s, whole seconds)
 // for an event. 410: cursor too old, take a Snapshot; 409: cursor ahead of the server.
+// It sends mark 0; SyncWith sends a mark.
 //
 // Sync is the raw call; a running session already delivers every event to OnEvent.
 func (c *Client) Sync(ctx context.Context, cursor int64, limit int, wait time.Duration) (SyncResponse, error) {
-	query := url.Values{"cursor": {strconv.FormatInt(cursor, 10)}}
-	if limit > 0 {
-		query.Set("limit", strconv.Itoa(limit))
+	return c.SyncWith(ctx, SyncQuery{Cursor: cursor, Limit: limit, Wait: wait})
+}
+
+// SyncQuery selects what SyncWith returns.
+type SyncQuery struct {
+	Cursor int64         // events after this cursor
+	Mark   int64         // read-fanout conversations changed after this mark (section 10)
+	Limit  int           // 0: the server's default of 100
+	Wait   time.Duration // long-poll up to this long (whole seconds, at most 30s)
+}
+
+// SyncWith is Sync with a mark: the answer's Conversations are the briefs of the caller's
+// read-fanout conversations with a message after q.Mark, and its Mark the one to send next.
+func (c *Client) SyncWith(ctx context.Context, q SyncQuery) (SyncResponse, error) {
+	query := url.Values{"cursor": {strconv.FormatInt(q.Cursor, 10)}}
+	if q.Mark > 0 {
+		query.Set("mark", strconv.FormatInt(q.Mark, 10))
 	}
-	if wait > 0 {
-		secs := int64((wait + time.Second - 1) / time.Second)
+	if q.Limit > 0 {
+		query.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Wait > 0 {
+		secs := int64((q.Wait + time.Second - 1) / time.Second)
 		query.Set("wait", strconv.FormatInt(secs, 10))
 	}
 	var out SyncResponse

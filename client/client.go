@@ -110,10 +110,26 @@ type Options struct {
 	// Logger receives reconnects and dropped best-effort work. Default: discard.
 	Logger *slog.Logger
 
-	// OnEvent receives every sync event exactly once, in cursor order, from one goroutine.
+	// OnEvent receives every sync event exactly once, in cursor order, never concurrently.
 	// It runs while the session holds its delivery lock: it must not call Close, and a slow
 	// OnEvent delays later events (never sends).
+	//
+	// Messages of read-fanout conversations (large groups, section 10) are in no event log;
+	// the session fetches or receives them and hands each to OnEvent as a message event
+	// with Cursor 0, once, in increasing seq order per conversation, so that an app
+	// switching on ev.Type handles both modes alike.
 	OnEvent func(SyncEvent)
+	// OnConversation, if set, receives the state of a read-fanout conversation whenever it
+	// changes: a brief from a sync answer or a changes frame, or a notice or this user's own
+	// read moving max_seq, unread or members_count. Unread is the server's count, and
+	// after this device's own reads max_seq - max(read_seq, visible_from) as the server
+	// computes it, so it agrees across devices. It runs like OnEvent, never concurrently
+	// with it.
+	OnConversation func(ConversationBrief)
+	// OnReceipts, if set, receives the read counts the server pushes for the user's own
+	// messages in groups (section 9.5, "receipts"): the newest ones whose counts changed. It
+	// runs like OnEvent.
+	OnReceipts func(convID string, receipts []Receipts)
 	// OnReset receives a snapshot whenever the session (re)starts from one: on the first Run
 	// when Cursor is 0, and when the server answers 410 (cursor expired) or 409 (cursor ahead
 	// of the server). State built from earlier events should be replaced by it; events that
@@ -125,6 +141,15 @@ type Options struct {
 	// Cursor is the resume point: the last cursor the app has processed (see Client.Cursor).
 	// 0 starts fresh from a snapshot, as a new device does.
 	Cursor int64
+	// Mark and Seqs resume read-fanout conversations as Cursor resumes the event log: the
+	// values of Client.Mark and Client.Seqs, persisted with the cursor.
+	Mark int64
+	Seqs map[string]int64
+	// PullDelayMax bounds the random wait before the session fetches the history of a
+	// read-fanout conversation that a sync answer or a reconnect's changes frame reported
+	// (notices carry their own delay). It spreads the pulls of many clients coming back at
+	// once, as the server's --pull-delay-max does for notices. Default 3s; negative: none.
+	PullDelayMax time.Duration
 	// SnapshotRecent is the recent= of the snapshots the session takes: how many latest
 	// messages per conversation it carries. 0 (the default) fetches none, the cheap way to
 	// learn the cursor; apps then load history with History.
@@ -172,6 +197,8 @@ type Client struct {
 
 	delivered deliveredQueue
 
+	rooms *readConvs // read-fanout conversations and the sync mark
+
 	running atomic.Bool // a Run is active; there is one session per Client
 
 	bgMu sync.Mutex  // guards bg
@@ -192,6 +219,9 @@ func New(opts Options) *Client {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 75 * time.Second
 	}
+	if opts.PullDelayMax == 0 {
+		opts.PullDelayMax = 3 * time.Second
+	}
 	opts.Backoff = opts.Backoff.withDefaults()
 	base := strings.TrimRight(opts.BaseURL, "/")
 	c := &Client{
@@ -202,6 +232,7 @@ func New(opts Options) *Client {
 		wsURL:      wsURL(base) + "/v1/ws",
 		haveCursor: opts.Cursor > 0,
 		events:     newPushQueue(),
+		rooms:      newReadConvs(opts, realAfter),
 	}
 	c.cursor.Store(opts.Cursor)
 	c.delivered.init()

@@ -68,6 +68,7 @@ func (cn *wsConn) serve(ctx context.Context) connEnd {
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Go(cn.keepalive)
+	wg.Go(func() { cn.c.reopen(ctx, cn) }) // open state lives with the connection
 	end := cn.readLoop()
 	cn.shutdown()
 	wg.Wait()
@@ -138,7 +139,8 @@ func (cn *wsConn) readLoop() connEnd {
 	}
 }
 
-// inFrame is any server frame: a push (op "event" or "error", no id) or a reply (id set).
+// inFrame is any server frame: a push (op "event", "error", or one of read fanout's
+// "message", "notice", "changes", "receipts"; no id) or a reply (id set).
 type inFrame struct {
 	ID         string     `json:"id"`
 	Op         string     `json:"op"`
@@ -146,6 +148,12 @@ type inFrame struct {
 	Error      string     `json:"error"`
 	RetryAfter int        `json:"retry_after"`
 	Event      *SyncEvent `json:"event"`
+
+	Message       *Message            `json:"message"`       // "message"
+	Mark          int64               `json:"mark"`          // "changes"
+	Conversations []ConversationBrief `json:"conversations"` // "changes"
+	ConvID        string              `json:"conv_id"`       // "receipts"
+	Receipts      []Receipts          `json:"receipts"`      // "receipts"
 }
 
 // reply is a reply frame as the reader decoded it: its envelope, and the whole frame for
@@ -180,6 +188,8 @@ func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
 	switch {
 	case f.Op == protocol.OpEvent && f.Event != nil:
 		cn.c.enqueue(*f.Event)
+	case f.ID == "" && f.Op != protocol.OpError && f.Op != "":
+		cn.c.readFanoutPush(f.Op, &f, data)
 	case f.ID != "":
 		cn.resolve(f.ID, reply{code: f.Code, msg: f.Error, retryAfter: f.RetryAfter, data: data})
 	case f.Op == protocol.OpError:

@@ -11,6 +11,17 @@
 //     followed by a reconnect that resumes from the last cursor delivered, and an expired
 //     cursor is replaced by a fresh snapshot (Options.OnReset).
 //
+// Large groups (read fanout, docs/protocol.md section 10.2) need nothing more from the app:
+// their messages are in no event log, so the session gets them from pushes when the
+// conversation is open (OpenConversation, re-opened after every reconnect) and otherwise by
+// history after a notice or a sync brief, waiting the server's pull delay first so that a
+// large group's members do not all fetch at once. Either way each message reaches OnEvent
+// once, in seq order per conversation, as a message event with Cursor 0 (it has none).
+// OnConversation receives those conversations' briefs as notices and the user's reads change
+// them (unread as the server counts it, the same on every device), and OnReceipts the read
+// counts the server pushes for the user's own group messages. Persist Mark and Seqs with
+// Cursor, and pass all three back in Options, to resume exactly.
+//
 // Send is the one call that retries by itself. It keeps a single client_msg_id for a message
 // and re-sends it until the server acknowledges it (the server deduplicates on that id), so a
 // message is stored once however many networks, timeouts and server restarts it crosses.

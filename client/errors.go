@@ -45,6 +45,8 @@ var (
 	ErrReplaced = errors.New("parley: connection replaced by another one of the same device")
 	// ErrRunning: the Client already has a session; a device keeps one connection.
 	ErrRunning = errors.New("parley: session already running")
+	// ErrNotConnected: the call needs the session's WebSocket, and none is open now.
+	ErrNotConnected = errors.New("parley: not connected")
 )
 
 // errConnLost is returned to a request whose WebSocket ended before its reply arrived: the

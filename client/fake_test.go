@@ -39,6 +39,17 @@ type fakeServer struct {
 	sends          []sendAttempt
 	acks           map[string]MessageAck
 	open           []*fakeConn
+
+	// Read fanout (section 10): the snapshot's briefs and mark, each conversation's
+	// messages served by history, and what the client asked.
+	snapshotConvs []ConversationBrief
+	snapshotMark  int64
+	syncMarks     []string                     // the mark= of each GET /v1/sync ("" when absent)
+	briefs        map[string]ConversationBrief // what an open answers
+	history       map[string][]Message         // conv_id -> messages, seq = index + 1
+	historyAfter  []int64                      // the after_seq of each history request
+	historyPage   int                          // caps a history page when > 0
+	historyFail   []int                        // statuses the next history requests answer, in turn
 }
 
 type sendAction struct {
@@ -63,12 +74,15 @@ func newFake(t *testing.T) *fakeServer {
 		conns:     make(chan *fakeConn, 16),
 		delivered: make(chan deliveredNote, 256),
 		acks:      make(map[string]MessageAck),
+		briefs:    make(map[string]ConversationBrief),
+		history:   make(map[string][]Message),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/sync/snapshot", f.auth(f.handleSnapshot))
 	mux.HandleFunc("GET /v1/sync", f.auth(f.handleSync))
 	mux.HandleFunc("POST /v1/messages", f.auth(f.handleSendHTTP))
 	mux.HandleFunc("POST /v1/conversations/{id}/delivered", f.auth(f.handleDeliveredHTTP))
+	mux.HandleFunc("GET /v1/conversations/{id}/messages", f.auth(f.handleHistory))
 	mux.HandleFunc("GET /v1/ws", f.handleWS)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
@@ -122,7 +136,7 @@ func writeErr(w http.ResponseWriter, code int, msg string) {
 func (f *fakeServer) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.snapshots++
-	snap := SyncSnapshot{Cursor: f.snapshotCursor, Conversations: []ConversationBrief{}}
+	snap := SyncSnapshot{Cursor: f.snapshotCursor, Mark: f.snapshotMark, Conversations: append([]ConversationBrief{}, f.snapshotConvs...)}
 	f.mu.Unlock()
 	writeJSON(w, http.StatusOK, snap)
 }
@@ -140,6 +154,7 @@ func (f *fakeServer) handleSync(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.syncCursors = append(f.syncCursors, cursor)
+	f.syncMarks = append(f.syncMarks, r.URL.Query().Get("mark"))
 	if f.syncStatus != 0 {
 		writeErr(w, f.syncStatus, "scripted")
 		return
@@ -229,6 +244,7 @@ func (f *fakeServer) handleWS(w http.ResponseWriter, r *http.Request) {
 		frames: make(chan map[string]any, 64),
 	}
 	fc.cursor, fc.cursorErr = strconv.ParseInt(r.URL.Query().Get("cursor"), 10, 64)
+	fc.mark = r.URL.Query().Get("mark")
 	ws, err := f.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
@@ -249,6 +265,7 @@ type fakeConn struct {
 	ws        *websocket.Conn
 	cursor    int64 // ?cursor=
 	cursorErr error
+	mark      string // ?mark=
 	auth      string // Authorization header
 	qtoken    string // ?token=
 	frames    chan map[string]any
@@ -294,6 +311,24 @@ func (fc *fakeConn) readLoop() {
 			seq := int64(fr["seq"].(float64))
 			fc.f.delivered <- deliveredNote{conv: fr["conv_id"].(string), seq: seq}
 			fc.write(map[string]any{"id": id, "code": 0, "delivered_seq": seq})
+		case protocol.OpOpen:
+			conv, _ := fr["conv_id"].(string)
+			fc.f.mu.Lock()
+			b, ok := fc.f.briefs[conv]
+			fc.f.mu.Unlock()
+			if !ok {
+				fc.write(protocol.ReplyFrame{ID: id, Code: http.StatusNotFound, Error: "not found"})
+			} else {
+				fc.write(struct {
+					ID   string `json:"id"`
+					Code int    `json:"code"`
+					ConversationBrief
+				}{id, 0, b})
+			}
+			fc.frames <- fr
+		case protocol.OpClose:
+			fc.write(protocol.ReplyFrame{ID: id})
+			fc.frames <- fr
 		case protocol.OpSend:
 			var req protocol.SendRequest
 			_ = json.Unmarshal(data, &req)
@@ -351,5 +386,58 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
+	}
+}
+
+// handleHistory serves GET /v1/conversations/{id}/messages?after_seq=&limit= from f.history,
+// failing first with the statuses queued in historyFail (a 429 says Retry-After: 2).
+func (f *fakeServer) handleHistory(w http.ResponseWriter, r *http.Request) {
+	after, _ := strconv.ParseInt(r.URL.Query().Get("after_seq"), 10, 64)
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	if limit <= 0 {
+		limit = 50
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.historyAfter = append(f.historyAfter, after)
+	if len(f.historyFail) > 0 {
+		code := f.historyFail[0]
+		f.historyFail = f.historyFail[1:]
+		if code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "2")
+			writeJSON(w, code, protocol.ErrorBody{Code: code, Error: "rate limited"})
+			return
+		}
+		writeErr(w, code, "scripted")
+		return
+	}
+	if f.historyPage > 0 {
+		limit = min(limit, f.historyPage)
+	}
+	all := f.history[r.PathValue("id")]
+	page := MessagesPage{Messages: []Message{}}
+	for _, m := range all {
+		if m.Seq > after && len(page.Messages) < limit {
+			page.Messages = append(page.Messages, m)
+		}
+	}
+	page.HasMore = len(page.Messages) > 0 && page.Messages[len(page.Messages)-1].Seq < int64(len(all))
+	writeJSON(w, http.StatusOK, page)
+}
+
+// groupMsg is message seq of read-fanout conversation conv, from sender.
+func groupMsg(conv string, seq int64, sender string) Message {
+	return Message{
+		ConvID: conv, Seq: seq, MsgID: fmt.Sprintf("%s-m%d", conv, seq), ClientMsgID: fmt.Sprintf("g%d", seq),
+		SenderID: sender, ContentType: ContentText, Content: json.RawMessage(`"hi"`), CreatedAt: seq,
+	}
+}
+
+// addGroupMessages stores messages up to seq n in conv's history.
+func (f *fakeServer) addGroupMessages(conv string, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for seq := int64(len(f.history[conv])) + 1; seq <= n; seq++ {
+		f.history[conv] = append(f.history[conv], groupMsg(conv, seq, "bob"))
 	}
 }

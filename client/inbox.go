@@ -80,6 +80,19 @@ func (in *Inbox) Apply(ev SyncEvent) {
 	}
 }
 
+// ApplyBrief keeps b as the conversation's latest brief, as a conv_updated event does: the
+// session calls it with the state of read-fanout conversations (Options.OnConversation).
+func (in *Inbox) ApplyBrief(b ConversationBrief) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if b.Removed {
+		delete(in.convs, b.ConvID)
+		return
+	}
+	in.conv(b.ConvID).brief = &b
+	in.clearLocked(b.ConvID, b.ClearedSeq)
+}
+
 // Merge adds messages, from a History page for instance.
 func (in *Inbox) Merge(msgs ...Message) {
 	in.mu.Lock()

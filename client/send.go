@@ -72,6 +72,7 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 	for attempt := 0; ; attempt++ {
 		ack, err := c.sendOnce(ctx, m)
 		if err == nil {
+			c.rooms.sent(convID, ack.Seq, c.opts.PullDelayMax)
 			return ack, nil
 		}
 		if ctx.Err() != nil {

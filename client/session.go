@@ -127,6 +127,7 @@ func (c *Client) run(ctx context.Context, connected func()) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { c.dispatch(ctx, cancel) })
+	wg.Go(func() { c.runReadFanout(ctx) })
 	if c.opts.AutoDelivered {
 		wg.Go(func() { c.delivered.run(ctx, c) })
 	}
@@ -199,11 +200,13 @@ func (c *Client) connectLoop(ctx context.Context, connected func()) error {
 	return context.Cause(ctx)
 }
 
-// dial opens a WebSocket resuming after the last delivered cursor. The token goes in the
+// dial opens a WebSocket resuming after the last delivered cursor and the latest mark (the
+// server answers the mark with one changes frame after the event catch-up). The token goes in the
 // Authorization header and, for servers behind proxies that strip it, in ?token= too.
 func (c *Client) dial(ctx context.Context) (*wsConn, error) {
 	q := url.Values{
 		"cursor": {strconv.FormatInt(c.cursor.Load(), 10)},
+		"mark":   {strconv.FormatInt(c.rooms.latestMark(), 10)},
 		"token":  {c.opts.Token},
 	}
 	h := http.Header{"Authorization": {"Bearer " + c.opts.Token}}

@@ -99,7 +99,7 @@ func (c *Client) fillLocked(ctx context.Context, upTo int64) error {
 		last := c.cursor.Load()
 		limit := int(min(upTo-last, protocol.MaxSyncLimit))
 		rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-		resp, err := c.Sync(rctx, last, limit, 0)
+		resp, err := c.SyncWith(rctx, SyncQuery{Cursor: last, Mark: c.rooms.latestMark(), Limit: limit})
 		cancel()
 		if needsReset(err) && !reset {
 			c.log.Info("parley: cursor refused by sync; taking a snapshot", "cursor", last, "err", err)
@@ -112,6 +112,7 @@ func (c *Client) fillLocked(ctx context.Context, upTo int64) error {
 		if err != nil {
 			return err
 		}
+		c.rooms.applyMark(resp.Mark, resp.Conversations, c.opts.PullDelayMax)
 		for _, ev := range resp.Events {
 			switch cur := c.cursor.Load(); {
 			case ev.Cursor <= cur:
@@ -151,6 +152,7 @@ func (c *Client) resetLocked(ctx context.Context) error {
 	c.drainQueue() // overflow stays set: pushes dropped after the snapshot are still owed
 	c.cursor.Store(snap.Cursor)
 	c.haveCursor = true
+	c.rooms.reset(snap)
 	if c.opts.Inbox != nil {
 		c.opts.Inbox.Reset(snap)
 	}
@@ -162,6 +164,10 @@ func (c *Client) resetLocked(ctx context.Context) error {
 
 // emitLocked delivers the next event. Lock deliverMu must be held.
 func (c *Client) emitLocked(ev SyncEvent) {
+	if !c.rooms.event(ev) {
+		c.cursor.Store(ev.Cursor) // a message already handed over by push or history
+		return
+	}
 	if c.opts.Inbox != nil {
 		c.opts.Inbox.Apply(ev)
 	}

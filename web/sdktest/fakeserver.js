@@ -5,6 +5,7 @@
 // with switches to make the network misbehave.
 
 export const CONV = 'd_ab';
+export const GROUP = 'g_big';
 
 export class FakeServer {
   constructor() {
@@ -24,6 +25,13 @@ export class FakeServer {
     this.requests = []; // "METHOD path" of every HTTP request
     this.sends = []; // client_msg_id of every send request that reached the server
     this.snapshots = 0;
+    // A read-fanout group (section 10) alice is in with 999 others: its messages are in no
+    // log; sockets that opened it get them pushed, others a notice.
+    this.group = { msgs: [], read: 0, members: 1000, noticeDelay: 1840, inSnapshot: false };
+    this.mark = 0; // bumped by every group message
+    this.historyAfter = []; // after_seq of every group history request
+    this.historyFail = []; // statuses the next history requests answer (429 says Retry-After: 2)
+    this.historyPage = 0; // caps a history page when > 0
     this.fetch = this.fetch.bind(this);
     const server = this;
     this.WebSocket = class extends FakeWebSocket {
@@ -42,6 +50,34 @@ export class FakeServer {
       unread: Math.max(0, this.msgs.length - p.alice.read), last_message: last,
       peer_read_seq: p.bob.read, peer_delivered_seq: p.bob.delivered, updated_at: last?.created_at ?? 1,
     };
+  }
+
+  groupBrief() {
+    const g = this.group;
+    const last = g.msgs[g.msgs.length - 1] ?? null;
+    return {
+      conv_id: GROUP, type: 'group', name: 'Everyone', owner_id: 'bob', members_count: g.members, fanout: 'read',
+      max_seq: g.msgs.length, read_seq: g.read, delivered_seq: g.read, cleared_seq: 0,
+      unread: Math.max(0, g.msgs.length - g.read), last_message: last, updated_at: last?.created_at ?? 1,
+    };
+  }
+
+  /** Bob posts in the group: pushed to sockets that opened it, a notice to the others. */
+  groupSays(text, { push = true } = {}) {
+    const g = this.group;
+    const m = {
+      conv_id: GROUP, seq: g.msgs.length + 1, msg_id: `gm_${g.msgs.length + 1}`, client_msg_id: `g-${g.msgs.length + 1}`,
+      sender_id: 'bob', content_type: 1, content: { text }, extra: null, created_at: 1700000100000 + g.msgs.length, recalled: false,
+    };
+    g.msgs.push(m);
+    this.mark++;
+    if (!push) return m;
+    for (const ws of this.sockets) {
+      if (ws.opened.has(GROUP)) ws.push({ op: 'message', message: m });
+      else ws.push({ op: 'notice', conv_id: GROUP, max_seq: g.msgs.length, unread: g.msgs.length - g.read, members_count: g.members, pull_delay_ms: g.noticeDelay });
+    }
+    for (const w of this.waiters) w();
+    return m;
   }
 
   /** Appends an event to alice's log and pushes it to her connected sockets. */
@@ -102,6 +138,11 @@ export class FakeServer {
     return { cursor: events.length ? events[events.length - 1].cursor : cursor, events, has_more: cursor + limit < this.log.length };
   }
 
+  /** The read-fanout part of a sync answer: the mark, and the group's brief if it changed since mark. */
+  changesSince(mark) {
+    return { mark: this.mark, conversations: mark < this.mark ? [this.groupBrief()] : [] };
+  }
+
   async fetch(url, init = {}) {
     const u = new URL(url);
     const method = init.method ?? 'GET';
@@ -115,10 +156,10 @@ export class FakeServer {
         // Two pages: the cursor alone, then the conversation (as a server with many would).
         if (!u.searchParams.get('after')) {
           this.snapshots++;
-          return ok({ cursor: this.cursor, conversations: [], messages: {}, read_positions: {}, has_more: true, next: 'p2' });
+          return ok({ cursor: this.cursor, mark: this.mark, conversations: [], messages: {}, read_positions: {}, has_more: true, next: 'p2' });
         }
         return ok({
-          cursor: this.cursor, conversations: [this.brief()],
+          cursor: this.cursor, mark: this.mark, conversations: this.group.inSnapshot ? [this.brief(), this.groupBrief()] : [this.brief()],
           messages: { [CONV]: q('recent') ? this.msgs.slice(-q('recent')) : [] },
           read_positions: { [CONV]: { alice: this.positions.alice.read, bob: this.positions.bob.read } },
           has_more: false, next: '',
@@ -136,7 +177,7 @@ export class FakeServer {
       case 'GET /v1/sync': {
         let r = this.syncFrom(q('cursor'), q('limit') || 100);
         if (r.error) return json(r.error, { code: r.error, error: `sync error ${r.error}` });
-        if (!r.events.length && q('wait') > 0) {
+        if (!r.events.length && q('wait') > 0 && q('mark') >= this.mark) {
           await new Promise((resolve) => {
             const done = () => { this.waiters.delete(done); clearTimeout(t); resolve(); };
             const t = setTimeout(done, 30); // a short "wait" keeps the tests fast
@@ -145,7 +186,7 @@ export class FakeServer {
           if (!this.up) throw new TypeError('fetch failed');
           r = this.syncFrom(q('cursor'), q('limit') || 100);
         }
-        return ok(r);
+        return ok({ ...r, ...this.changesSince(q('mark')) });
       }
       case 'POST /v1/messages':
         this.sends.push(body.client_msg_id);
@@ -156,6 +197,17 @@ export class FakeServer {
         return ok(this.position('delivered', body.seq));
       case `GET /v1/conversations/${CONV}`:
         return ok(this.brief());
+      case `GET /v1/conversations/${GROUP}`:
+        return ok(this.groupBrief());
+      case `GET /v1/conversations/${GROUP}/messages`: {
+        this.historyAfter.push(q('after_seq'));
+        const fail = this.historyFail.shift();
+        if (fail === 429) return new Response(JSON.stringify({ code: 429, error: 'rate limited' }), { status: 429, headers: { 'Retry-After': '2' } });
+        if (fail) return json(fail, { code: fail, error: 'scripted' });
+        const limit = Math.min(q('limit') || 50, this.historyPage || Infinity);
+        const msgs = this.group.msgs.filter((m) => m.seq > q('after_seq')).slice(0, limit);
+        return ok({ messages: msgs, has_more: msgs.length > 0 && msgs[msgs.length - 1].seq < this.group.msgs.length });
+      }
       default:
         return json(404, { code: 404, error: `no such endpoint: ${method} ${u.pathname}` });
     }
@@ -178,6 +230,7 @@ class FakeWebSocket {
     this.server = server;
     this.readyState = 0;
     this.sent = [];
+    this.opened = new Set(); // conversations opened on this socket
     setTimeout(() => this._connect(), 0);
   }
 
@@ -210,6 +263,7 @@ class FakeWebSocket {
       }
       for (const ev of r.events) this.push({ op: 'event', event: ev });
     }
+    if (u.searchParams.has('mark')) this.push({ op: 'changes', ...s.changesSince(Number(u.searchParams.get('mark'))) });
   }
 
   push(frame) {
@@ -239,6 +293,15 @@ class FakeWebSocket {
       }
       case 'ping':
         if (!s.deafToPings) this.push({ id: f.id, code: 0, op: 'pong' });
+        return;
+      case 'open':
+        if (f.conv_id !== GROUP && f.conv_id !== CONV) return this.push({ id: f.id, code: 404, error: 'not found' });
+        this.opened.add(f.conv_id);
+        this.push({ id: f.id, code: 0, ...(f.conv_id === GROUP ? s.groupBrief() : s.brief()) });
+        return;
+      case 'close':
+        this.opened.delete(f.conv_id);
+        this.push({ id: f.id, code: 0 });
         return;
       case 'read':
       case 'delivered':

@@ -27,8 +27,6 @@ let session = null;
 let openConv = null;
 let openedAt = null; // conv_id the chat view was last set up for
 let renderQueued = false;
-let receiptTimer = null;
-let lastReceiptFetch = 0;
 let focusComposer = false; // the user opened a chat from the list: type right away
 const drafts = new Map(); // conv_id -> unsent text in the message box
 
@@ -115,7 +113,6 @@ async function signOut(message = '') {
   client = null;
   window.parleyClient = null;
   sessionStorage.removeItem(SESSION_KEY);
-  clearInterval(receiptTimer);
   if (c) await c.forget();
   openConv = null;
   openedAt = null;
@@ -146,7 +143,6 @@ async function startApp(s) {
   client.addEventListener('replaced', () => showNotice('This device connected from another tab or window, so this one stopped.'));
   renderStatus();
   await client.start();
-  receiptTimer = setInterval(refreshReceipts, 3000);
   route();
 }
 
@@ -187,7 +183,6 @@ function render() {
   renderList();
   renderChat();
   markVisibleRead();
-  refreshReceipts();
 }
 
 function renderStatus() {
@@ -287,11 +282,16 @@ function renderChat() {
   $('chat-view').hidden = !c;
   $('chat-empty').hidden = !!c;
   if (!c) {
+    if (openedAt) client.closeConversation(openedAt);
     openedAt = null;
     return;
   }
   const first = openedAt !== c.conv_id;
   if (first) {
+    // The conversation on screen is open on the socket: a large group's messages are then
+    // pushed as they come instead of being announced by notices.
+    if (openedAt) client.closeConversation(openedAt);
+    client.openConversation(c.conv_id);
     openedAt = c.conv_id;
     $('chat-error').textContent = '';
     $('messages').replaceChildren();
@@ -383,7 +383,6 @@ async function recall(convId, seq) {
 }
 
 async function onOpen(convId) {
-  lastReceiptFetch = 0;
   // The member list from read positions is incomplete on a device that saw the group
   // created: ask the server.
   if (client.conversation(convId)?.type === 'group') client.loadMembers(convId).catch(() => { /* cosmetic */ });
@@ -398,17 +397,17 @@ function markVisibleRead() {
   if (openConv && document.visibilityState === 'visible' && !$('chat-view').hidden) client.markRead(openConv);
 }
 
-/** Group receipts are not pushed (only the reader gets its read event): poll them. */
+/**
+ * Group receipts are pushed to their sender as they change (the SDK keeps them), so a group
+ * needs one fetch when it is opened, for the counts of messages sent before this session.
+ */
 function refreshReceipts() {
   const c = openConv && client ? client.conversation(openConv) : null;
-  if (!c || c.type !== 'group' || document.visibilityState !== 'visible') return;
-  const now = Date.now();
-  if (now - lastReceiptFetch < 1000) return;
-  lastReceiptFetch = now;
+  if (!c || c.type !== 'group') return;
   const seqs = client.messages(c.conv_id)
     .filter((m) => m.sender_id === session.userId && !m.pending && !m.recalled)
     .map((m) => m.seq)
-    .filter((seq) => { const r = client.receipts(c.conv_id, seq); return !r || r.read_count < r.member_count; })
+    .filter((seq) => !client.receipts(c.conv_id, seq))
     .slice(-5);
   if (seqs.length) client.refreshReceipts(c.conv_id, seqs);
 }
@@ -418,10 +417,7 @@ function refreshReceipts() {
 function bindApp() {
   window.addEventListener('hashchange', route);
   window.addEventListener('popstate', route);
-  document.addEventListener('visibilitychange', () => {
-    render();
-    refreshReceipts();
-  });
+  document.addEventListener('visibilitychange', render);
   $('signout').addEventListener('click', () => signOut());
   $('notice-action').addEventListener('click', () => {
     $('notice').hidden = true;

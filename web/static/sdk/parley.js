@@ -154,6 +154,14 @@ export class ParleyClient extends EventTarget {
     this._retryTimer = null;
     this._emitScheduled = false;
     this._pendingChanged = new Set();
+    // Read fanout (section 10): conversations open on the socket, and pulls waiting for
+    // their delay. Timers are injectable so tests can run the clock by hand.
+    this.pullDelayMax = o.pullDelayMax ?? 3000;
+    this._timers = o.timers ?? { set: (f, ms) => setTimeout(f, ms), clear: (t) => clearTimeout(t) };
+    this._open = new Set(); // conv_ids the app has open
+    this._pulls = new Map(); // conv_id -> timer of a scheduled pull
+    this._pulling = new Set(); // conv_ids whose pull runs now
+    this._pullFailures = new Map(); // conv_id -> pulls failed in a row
   }
 
   // ---- lifecycle ----
@@ -167,6 +175,8 @@ export class ParleyClient extends EventTarget {
       if (saved) this.state = ChatState.fromJSON(saved, this.userId);
     } catch { /* unreadable saved state: start fresh */ }
     this._touch(new Set(this.state.convs.keys()));
+    // Messages announced before the last save and not fetched yet are fetched now.
+    for (const id of this.state.pendingPulls()) this._schedulePull(id, 'jitter');
     this._onlineHandler = () => this._wakeUp();
     globalThis.addEventListener?.('online', this._onlineHandler);
     this._loop();
@@ -181,6 +191,8 @@ export class ParleyClient extends EventTarget {
     this._wakeUp();
     clearTimeout(this._retryTimer);
     clearTimeout(this._membersTimer);
+    for (const t of this._pulls.values()) this._timers.clear(t);
+    this._pulls.clear();
     await this.saveNow();
     this._setStatus('offline');
   }
@@ -203,7 +215,10 @@ export class ParleyClient extends EventTarget {
   memberList(convId) { return this.state.memberList(convId); }
   msgState(msg) { return this.state.msgState(msg); }
   hasOlder(convId) { return this.state.hasOlder(convId); }
-  /** Cached receipts of (convId, seq), or null: see refreshReceipts. */
+  /**
+   * Cached receipts of (convId, seq), or null: pushed by the server for the user's own
+   * messages in groups as they change (section 9.5), or fetched by refreshReceipts.
+   */
   receipts(convId, seq) { return this._receipts.get(convId)?.get(seq) ?? null; }
 
   // ---- actions ----
@@ -314,6 +329,121 @@ export class ParleyClient extends EventTarget {
     if (changed) this._touch(new Set([convId]));
   }
 
+  /**
+   * Opens a conversation on the WebSocket (section 9.3): while open, the server pushes each
+   * new message of a read-fanout conversation in full instead of a notice, so they appear
+   * at once. Call it for the conversation on screen, and closeConversation when leaving;
+   * the client opens it again after every reconnect. For other conversations it changes
+   * nothing on the server. Resolves when the server answered (or at once when offline).
+   */
+  async openConversation(convId) {
+    this._open.add(convId);
+    if (this._ws && this._ws.readyState === 1) await this._openOnSocket(convId);
+  }
+
+  /** Undoes openConversation: the server goes back to notices for convId. */
+  async closeConversation(convId) {
+    if (!this._open.delete(convId)) return;
+    if (this._ws && this._ws.readyState === 1) await this._wsCall('close', { conv_id: convId }).catch(() => {});
+  }
+
+  async _openOnSocket(convId) {
+    try {
+      const b = await this._wsCall('open', { conv_id: convId });
+      const { id, code, ...brief } = b;
+      this.state.applyBriefs(0, [brief]);
+      this._afterChange();
+      this._schedulePull(convId, 0); // what came before the open; pushes bring what follows
+    } catch (e) {
+      if (e.code === 404) this._open.delete(convId);
+    }
+  }
+
+  /**
+   * Schedules a pull of a read-fanout conversation after `delay` ms ("jitter": a random
+   * wait up to pullDelayMax). A pull already scheduled absorbs later notices (coalescing),
+   * unless this one must run now (delay 0: a gap below a push, an open).
+   */
+  _schedulePull(convId, delay) {
+    const ms = delay === 'jitter' ? Math.floor(Math.random() * (this.pullDelayMax + 1)) : delay;
+    const old = this._pulls.get(convId);
+    if (ms <= 0) {
+      if (old !== undefined) this._timers.clear(old);
+      this._pulls.delete(convId);
+      queueMicrotask(() => this._pull(convId));
+      return;
+    }
+    if (old !== undefined) return;
+    this._pulls.set(convId, this._timers.set(() => {
+      this._pulls.delete(convId);
+      this._pull(convId);
+    }, ms));
+  }
+
+  /**
+   * Fetches the messages of convId after the last seq held, page by page up to max_seq (or
+   * up to a held push), honouring a 429's Retry-After; another failure tries again with
+   * backoff. One pull per conversation at a time.
+   */
+  async _pull(convId) {
+    if (this._stopped || this._pulling.has(convId)) return;
+    this._pulling.add(convId);
+    try {
+      for (let r = this.state.pullRange(convId); r; r = this.state.pullRange(convId)) {
+        const limit = Math.min(200, r.upTo - r.after);
+        const page = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?after_seq=${r.after}&limit=${limit}`);
+        const n = this.state.addPulled(convId, page.messages ?? []);
+        this._afterChange();
+        if (!n) break; // nothing newer visible yet: the next notice or push tries again
+      }
+      this._pullFailures.delete(convId);
+    } catch (e) {
+      if (this._stopped || e.code === 404) return;
+      const failures = (this._pullFailures.get(convId) ?? 0) + 1;
+      this._pullFailures.set(convId, failures);
+      this._schedulePull(convId, e.code === 429 && e.retryAfter ? e.retryAfter * 1000 : backoffDelay(failures, this.backoff));
+    } finally {
+      this._pulling.delete(convId);
+    }
+  }
+
+  /**
+   * A group message just sent has been read by nobody yet: its receipts start at 0 of the
+   * other members, and the server's receipts pushes move them as members read.
+   */
+  _seedReceipts(convId, seq) {
+    const c = this.state.conversation(convId);
+    if (c?.type !== 'group' || !(seq > 0)) return;
+    let cache = this._receipts.get(convId);
+    if (!cache) this._receipts.set(convId, (cache = new Map()));
+    if (!cache.has(seq)) cache.set(seq, { seq, member_count: Math.max(0, (c.members_count ?? 1) - 1), read_count: 0, delivered_count: 0 });
+  }
+
+  /** Applies one of read fanout's pushes (section 9.5). */
+  _onReadFanoutPush(f) {
+    switch (f.op) {
+      case 'message':
+        if (f.message) this.state.applyPush(f.message);
+        break;
+      case 'notice':
+        this.state.applyNotice(f);
+        break;
+      case 'changes':
+        this.state.applyBriefs(f.mark ?? 0, f.conversations ?? []);
+        break;
+      case 'receipts': {
+        let cache = this._receipts.get(f.conv_id);
+        if (!cache) this._receipts.set(f.conv_id, (cache = new Map()));
+        for (const r of f.receipts ?? []) cache.set(r.seq, r);
+        this._touch(new Set([f.conv_id]));
+        break;
+      }
+      default:
+        break;
+    }
+    this._afterChange();
+  }
+
   /** Reconnects now instead of waiting for the backoff (e.g. a "retry" button). */
   reconnectNow() {
     this._attempt = 0;
@@ -388,7 +518,7 @@ export class ParleyClient extends EventTarget {
 
   _runWebSocket() {
     return new Promise((resolve, reject) => {
-      const url = `${this.baseURL.replace(/^http/, 'ws')}/v1/ws?cursor=${this.state.cursor}&token=${encodeURIComponent(this.token)}`;
+      const url = `${this.baseURL.replace(/^http/, 'ws')}/v1/ws?cursor=${this.state.cursor}&mark=${this.state.mark}&token=${encodeURIComponent(this.token)}`;
       let ws;
       try {
         ws = new this.WebSocketImpl(url);
@@ -427,6 +557,7 @@ export class ParleyClient extends EventTarget {
         if (f.op === 'event' && f.event) this._ingest([f.event]);
         else if (f.op === 'error') errorPush = f;
         else if (typeof f.id === 'string') this._onReply(f);
+        else this._onReadFanoutPush(f);
       };
       ws.onerror = () => {}; // a close event follows
       ws.onclose = (e) => {
@@ -480,7 +611,7 @@ export class ParleyClient extends EventTarget {
       if (this._useWebSocket()) return 'websocket';
       const wait = this.status === 'online' ? this.pollWait : 0;
       this._pollAbort = new AbortController();
-      const r = await this._http('GET', `/v1/sync?cursor=${this.state.cursor}&limit=500&wait=${wait}`, undefined,
+      const r = await this._http('GET', `/v1/sync?cursor=${this.state.cursor}&mark=${this.state.mark}&limit=500&wait=${wait}`, undefined,
         { timeout: (wait + 15) * 1000, signal: this._pollAbort.signal });
       this._attempt = 0;
       if (this.status !== 'online') {
@@ -489,12 +620,15 @@ export class ParleyClient extends EventTarget {
         this._onConnected();
       }
       this._ingest(r.events ?? []);
+      if (r.mark !== undefined || r.conversations) this._onReadFanoutPush({ op: 'changes', mark: r.mark, conversations: r.conversations });
     }
   }
 
   _onConnected() {
     this._flushOutbox();
     this._flushPositions();
+    // Open state lives with the connection: open again what the app has open.
+    if (this.mode === 'websocket') for (const id of this._open) this._openOnSocket(id);
   }
 
   /** Applies a batch of events in order, stopping at a gap. */
@@ -534,6 +668,9 @@ export class ParleyClient extends EventTarget {
       }
       case 'fetchConv':
         this._fetchConv(e.conv_id);
+        break;
+      case 'pull':
+        this._schedulePull(e.conv_id, e.delay);
         break;
       case 'members':
         this._membersWanted.add(e.conv_id);
@@ -648,6 +785,7 @@ export class ParleyClient extends EventTarget {
       if (p.extra) body.extra = p.extra;
       const ack = await this._request('send', body);
       this.state.applyAck(id, ack);
+      this._seedReceipts(p.conv_id, ack.seq);
       this._afterChange();
       this.saveNow();
       return true;

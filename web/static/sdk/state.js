@@ -141,6 +141,7 @@ export class ChatState {
   constructor(me = '') {
     this.me = me;
     this.cursor = 0;
+    this.mark = 0; // the sync mark (section 10), saved and sent beside the cursor
     this.synced = false; // holds a snapshot (or saved state) that cursor describes
     this.convs = new Map(); // conv_id -> conversation (a brief plus client fields)
     this.msgs = new Map(); // conv_id -> [Message] ascending by seq
@@ -150,6 +151,7 @@ export class ChatState {
     this.older = new Map(); // conv_id -> false when no older messages exist on the server
     this.effects = [];
     this.changed = new Set(); // conv_ids changed since the last takeChanged()
+    this.held = new Map(); // conv_id -> Map(seq -> message) pushed past a gap (read fanout; not saved)
   }
 
   // ---- reading the state ----
@@ -258,6 +260,8 @@ export class ChatState {
    */
   applySnapshot(snap, recent = undefined) {
     this.cursor = snap.cursor;
+    this.mark = snap.mark ?? 0;
+    this.held = new Map();
     const old = this.convs;
     this.convs = new Map();
     this.msgs = new Map();
@@ -269,7 +273,10 @@ export class ChatState {
     }
     for (const b of snap.conversations ?? []) {
       const prev = old.get(b.conv_id);
-      this.convs.set(b.conv_id, this._fromBrief(b, prev?.peer_id ? { peer_id: prev.peer_id } : null, true));
+      const c = this._fromBrief(b, prev?.peer_id ? { peer_id: prev.peer_id } : null, true);
+      // Like the cursor, a read-fanout conversation resumes after the snapshot's max_seq.
+      if (c.fanout === 'read') c.have = c.max_seq;
+      this.convs.set(b.conv_id, c);
       this.changed.add(b.conv_id);
     }
     for (const [convId, list] of Object.entries(snap.messages ?? {})) {
@@ -312,7 +319,7 @@ export class ChatState {
    * `removed: true` (the user left or was removed) drops the conversation instead: it is no
    * longer theirs, and the server now answers 404 for it. Returns the conversation, or null.
    */
-  upsertConversation(brief, { fromEvent = false, peerId = '' } = {}) {
+  upsertConversation(brief, { fromEvent = false, peerId = '', hiddenStays = false } = {}) {
     if (brief.removed) {
       this._forget(brief.conv_id);
       return null;
@@ -322,7 +329,11 @@ export class ChatState {
     if (peerId) c.peer_id = peerId;
     // A conv_updated reaches a user who deleted the conversation for membership changes too;
     // only a re-created direct conversation (or an answer to our own call) un-hides it.
-    c.hidden = old?.hidden && fromEvent && brief.type !== 'direct' ? true : false;
+    c.hidden = old?.hidden && (hiddenStays || (fromEvent && brief.type !== 'direct')) ? true : false;
+    // Where this device's read-fanout messages end: a conversation that switches resumes
+    // after the last message its events brought; one new to this device starts at its read
+    // floor (the unread messages are fetched, older ones are loadOlder's).
+    if (c.fanout === 'read' && c.have === undefined) c.have = Math.max(this._lastHeld(c.conv_id), old?.type ? (old.max_seq ?? 0) : c.floor);
     this.convs.set(c.conv_id, c);
     this.changed.add(c.conv_id);
     // A listed membership may be stale after a change: list it again.
@@ -361,6 +372,134 @@ export class ChatState {
     this.memberLists.set(convId, members);
     this._learnFromReaders(convId);
     this.changed.add(convId);
+  }
+
+  // ---- read fanout (section 10): briefs, notices, pushes and pulls ----
+
+  /**
+   * Applies a sync mark and the briefs of read-fanout conversations that came with it (a
+   * sync answer, or the WebSocket's "changes" frame). Briefs are state: applying one again,
+   * or an older one, changes nothing. A conversation with messages past the last seq held
+   * gets a {type: "pull", conv_id, delay: "jitter"} effect: fetch them after a random wait.
+   */
+  applyBriefs(mark, briefs = []) {
+    this.mark = max(this.mark, mark);
+    for (const b of briefs) {
+      const old = this.convs.get(b.conv_id);
+      const c = this.upsertConversation(b, { hiddenStays: !(b.max_seq > (old?.max_seq ?? 0)) });
+      if (!c || c.fanout !== 'read') continue;
+      if (c.max_seq > this.readHave(c.conv_id)) this.effects.push({ type: 'pull', conv_id: c.conv_id, delay: 'jitter' });
+    }
+  }
+
+  /**
+   * Applies a notice ({conv_id, max_seq, unread, members_count, pull_delay_ms}): the
+   * counters at once (unread is the server's), then a {type: "pull", delay} effect. A notice
+   * of a conversation without a brief asks for the brief instead.
+   */
+  applyNotice(n) {
+    const c = this.convs.get(n.conv_id);
+    if (!c || !c.type) {
+      this.effects.push({ type: 'fetchConv', conv_id: n.conv_id });
+      return;
+    }
+    if (n.max_seq >= (c.max_seq ?? 0)) {
+      c.max_seq = n.max_seq;
+      if (n.members_count) c.members_count = n.members_count;
+      c.floor = max(c.floor, n.max_seq - (n.unread ?? 0));
+      c.hidden = false;
+    }
+    this.changed.add(c.conv_id);
+    if (c.max_seq > this.readHave(c.conv_id)) this.effects.push({ type: 'pull', conv_id: c.conv_id, delay: Math.max(0, n.pull_delay_ms ?? 0) });
+  }
+
+  /**
+   * Applies a message pushed for an open read-fanout conversation. Returns "applied", "dup"
+   * (a seq already held: dropped) or "gap" (seqs are missing before it: it is held, and a
+   * {type: "pull", delay: 0} effect fetches the gap first).
+   */
+  applyPush(m) {
+    const c = this.convs.get(m.conv_id);
+    if (!c) {
+      this.effects.push({ type: 'fetchConv', conv_id: m.conv_id });
+      return 'gap';
+    }
+    const have = this.readHave(m.conv_id);
+    if (m.seq <= have) return 'dup';
+    if (m.seq === have + 1) {
+      this._onMessage(m);
+      c.have = m.seq;
+      this._drainHeld(c);
+      return 'applied';
+    }
+    let h = this.held.get(m.conv_id);
+    if (!h) this.held.set(m.conv_id, (h = new Map()));
+    if (h.size < 1000) h.set(m.seq, m);
+    c.max_seq = max(c.max_seq, m.seq);
+    this.changed.add(m.conv_id);
+    this.effects.push({ type: 'pull', conv_id: m.conv_id, delay: 0 });
+    return 'gap';
+  }
+
+  /** The last seq of a read-fanout conversation held without a gap below it. */
+  readHave(convId) {
+    const c = this.convs.get(convId);
+    return max(c?.have, c?.cleared_seq);
+  }
+
+  /**
+   * What a pull of convId must fetch: messages after `after` up to `upTo` (the seq below the
+   * first held push, or max_seq), or null when nothing is missing.
+   */
+  pullRange(convId) {
+    const c = this.convs.get(convId);
+    if (!c || c.fanout !== 'read') return null; // write fanout: messages are events
+    this._drainHeld(c);
+    const after = this.readHave(convId);
+    const h = this.held.get(convId);
+    const upTo = h?.size ? Math.min(...h.keys()) - 1 : c.max_seq;
+    return after < upTo ? { after, upTo } : null;
+  }
+
+  /** Adds a page fetched by a pull, in seq order; returns how many messages were new. */
+  addPulled(convId, messages) {
+    const c = this.convs.get(convId);
+    if (!c) return 0;
+    let n = 0;
+    for (const m of [...messages].sort((a, b) => a.seq - b.seq)) {
+      if (m.seq <= this.readHave(convId)) continue;
+      this._onMessage(m);
+      c.have = m.seq;
+      n++;
+    }
+    this._drainHeld(c);
+    this.changed.add(convId);
+    return n;
+  }
+
+  /** Read-fanout conversations with messages announced but not held (after a reload, say). */
+  pendingPulls() {
+    return [...this.convs.values()].filter((c) => c.fanout === 'read' && c.max_seq > this.readHave(c.conv_id)).map((c) => c.conv_id);
+  }
+
+  _drainHeld(c) {
+    const h = this.held.get(c.conv_id);
+    if (!h) return;
+    for (;;) {
+      const next = this.readHave(c.conv_id) + 1;
+      const m = h.get(next);
+      if (!m) break;
+      h.delete(next);
+      this._onMessage(m);
+      c.have = next;
+    }
+    for (const seq of h.keys()) if (seq <= this.readHave(c.conv_id)) h.delete(seq);
+    if (!h.size) this.held.delete(c.conv_id);
+  }
+
+  _lastHeld(convId) {
+    const list = this.msgs.get(convId);
+    return list?.length ? list[list.length - 1].seq : 0;
   }
 
   // ---- local changes ----
@@ -430,7 +569,7 @@ export class ChatState {
     const older = {};
     for (const [convId, v] of this.older) if (v === false) older[convId] = false;
     return {
-      v: STATE_VERSION, me: this.me, cursor: this.cursor, synced: this.synced,
+      v: STATE_VERSION, me: this.me, cursor: this.cursor, mark: this.mark, synced: this.synced,
       convs: [...this.convs.values()], msgs, readers, older,
       outbox: this.outbox.map(({ conv_id, client_msg_id, content_type, content, extra, created_local, state, error }) =>
         ({ conv_id, client_msg_id, content_type, content, extra, created_local, state, error })),
@@ -441,6 +580,7 @@ export class ChatState {
     const s = new ChatState(me || o.me || '');
     if (!o || o.v !== STATE_VERSION || (me && o.me && o.me !== me)) return s;
     s.cursor = o.cursor ?? 0;
+    s.mark = o.mark ?? 0;
     s.synced = !!o.synced;
     for (const c of o.convs ?? []) s.convs.set(c.conv_id, c);
     for (const [convId, list] of Object.entries(o.msgs ?? {})) s.msgs.set(convId, list);
@@ -497,6 +637,7 @@ export class ChatState {
     c.updated_at = max(c.updated_at, m.created_at);
     c.last_message = pickLast(c.last_message, m, c.cleared_seq);
     this._putMessage(m);
+    if (c.fanout === 'read' && m.seq === this.readHave(m.conv_id) + 1) c.have = m.seq; // e.g. our own send's ack
     if (!this.me && this.outbox.some((p) => p.client_msg_id === m.client_msg_id)) this.me = m.sender_id;
     if (m.sender_id === this.me) {
       // Sending advances the sender's own positions (section 6.1).
