@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestAnalyseNotices(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	sent := func(seqs ...int64) []SentAt {
+		var out []SentAt
+		for i, s := range seqs {
+			out = append(out, SentAt{Seq: s, At: at(i * 50).UnixNano()}) // 20 msgs/s
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		notices   []noticeAt
+		sent      []SentAt
+		latencies []time.Duration
+		missed    int
+		tooMany   bool
+	}{
+		{"one notice covers a burst", []noticeAt{{3, at(400)}}, sent(1, 2, 3),
+			[]time.Duration{400 * time.Millisecond, 350 * time.Millisecond, 300 * time.Millisecond}, 0, false},
+		{"a later notice covers the rest", []noticeAt{{1, at(10)}, {3, at(1010)}}, sent(1, 2, 3),
+			[]time.Duration{10 * time.Millisecond, 960 * time.Millisecond, 910 * time.Millisecond}, 0, false},
+		{"a stale notice covers nothing new", []noticeAt{{2, at(100)}, {1, at(1100)}, {3, at(2100)}}, sent(1, 2, 3),
+			[]time.Duration{100 * time.Millisecond, 50 * time.Millisecond, 2000 * time.Millisecond}, 0, false},
+		{"the last message never notified", []noticeAt{{2, at(100)}}, sent(1, 2, 3),
+			[]time.Duration{100 * time.Millisecond, 50 * time.Millisecond}, 1, false},
+		{"no notice at all", nil, sent(1, 2), nil, 2, false},
+		{"a notice before its message was sent counts as 0", []noticeAt{{1, at(-5)}}, sent(1), []time.Duration{0}, 0, false},
+		{"three notices in a second are too many", []noticeAt{{1, at(0)}, {2, at(300)}, {3, at(600)}}, sent(1, 2, 3),
+			[]time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond}, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := analyseNotices(tc.notices, tc.sent)
+			if len(f.latencies) != len(tc.latencies) {
+				t.Fatalf("latencies %v, want %v", f.latencies, tc.latencies)
+			}
+			for i := range f.latencies {
+				if f.latencies[i] != tc.latencies[i] {
+					t.Fatalf("latencies %v, want %v", f.latencies, tc.latencies)
+				}
+			}
+			if f.missed != tc.missed || f.tooMany != tc.tooMany {
+				t.Fatalf("missed %d, too many %v; want %d, %v", f.missed, f.tooMany, tc.missed, tc.tooMany)
+			}
+			if len(tc.notices) >= 2 && len(f.gaps) != len(tc.notices)-1 {
+				t.Fatalf("gaps %v for %d notices", f.gaps, len(tc.notices))
+			}
+		})
+	}
+}
+
+func TestWithinRate(t *testing.T) {
+	tests := []struct {
+		n    int
+		span time.Duration
+		ok   bool
+	}{
+		{0, 0, true}, {1, 0, true}, {2, 0, true}, // two may arrive together (the first queued)
+		{3, 999 * time.Millisecond, false},
+		{3, time.Second, true},
+		{11, 10 * time.Second, true},
+		{11, 9 * time.Second, true},
+		{11, 8500 * time.Millisecond, false},
+		{21, 10 * time.Second, false},
+	}
+	for _, tc := range tests {
+		if got := withinRate(tc.n, tc.span); got != tc.ok {
+			t.Errorf("withinRate(%d, %v) = %v, want %v", tc.n, tc.span, got, tc.ok)
+		}
+	}
+}
+
+func TestNoticeRate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var ns []noticeAt
+	for i := range 11 {
+		ns = append(ns, noticeAt{int64(20 * (i + 1)), t0.Add(time.Duration(i) * time.Second)})
+	}
+	f := analyseNotices(ns, nil)
+	if f.rate != 1 || f.tooMany {
+		t.Fatalf("11 notices a second apart: rate %v, too many %v; want 1, false", f.rate, f.tooMany)
+	}
+}
+
+func TestMergeAndSortTimes(t *testing.T) {
+	a := map[string][]SentAt{"g": {{Seq: 3, At: 30}, {Seq: 1, At: 10}}}
+	b := map[string][]SentAt{"g": {{Seq: 2, At: 20}}, "d": {{Seq: 1, At: 5}}}
+	m := mergeTimes(a, nil, b)
+	got := sortedTimes(m, "g")
+	if len(got) != 3 || got[0].Seq != 1 || got[1].Seq != 2 || got[2].Seq != 3 || len(m["d"]) != 1 {
+		t.Fatalf("merged %v, sorted g %v", m, got)
+	}
+}
+
+func TestDeliveryTracker(t *testing.T) {
+	a, b := &roomConn{}, &roomConn{}
+	tr := newDeliveryTracker(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if !tr.wait(ctx, 0) {
+		t.Fatal("seq 0 is held by everyone from the start")
+	}
+	tr.got(a, 1)
+	tr.got(a, 2)
+	tr.got(b, 1)
+	if tr.full != 1 {
+		t.Fatalf("full %d, want 1: b has not got seq 2", tr.full)
+	}
+	done := make(chan bool, 1)
+	go func() { done <- tr.wait(context.Background(), 3) }()
+	tr.got(b, 3) // b skipped 2 (a violation of its own): it must not stall the sender
+	tr.got(a, 3)
+	select {
+	case ok := <-done:
+		if !ok || tr.full != 3 {
+			t.Fatalf("wait returned %v with full %d, want true, 3", ok, tr.full)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sender was not woken")
+	}
+	if tr.wait(ctx, 4) {
+		t.Fatal("wait for a seq nobody has returned true")
+	}
+}
+
+// TestBroadcastNaive runs broadcast's baseline at a small scale: every connection must get
+// every frame once, in order, and the sender's window must pace it.
+func TestBroadcastNaive(t *testing.T) {
+	cfg := DefaultConfig("broadcast-naive")
+	cfg.Members, cfg.Window, cfg.Messages, cfg.Duration = 20, 4, 200, 0
+	rep, err := runBench(t, nil, cfg, nil)
+	consistent(t, rep, err)
+	if rep.Acked != 200 || rep.Deliveries != 200*19 || rep.Echoes != 200 {
+		t.Fatalf("acked %d, deliveries %d, echoes %d; want 200, 3800, 200", rep.Acked, rep.Deliveries, rep.Echoes)
+	}
+	if rep.Extra["push_latency_count"] != 200*19 {
+		t.Fatalf("push latency measured %v times, want 3800", rep.Extra["push_latency_count"])
+	}
+}
