@@ -54,8 +54,12 @@ func (c *coord) buildGroup(ctx context.Context, members []string, owner Account,
 		return client.ConversationBrief{}, st, err
 	}
 	st.users = time.Since(t0)
-	if err := c.issueTokens(ctx, []Account{owner}); err != nil {
-		return client.ConversationBrief{}, st, err
+	if owner.Token == "" {
+		tok := []Account{owner}
+		if err := c.issueTokens(ctx, tok); err != nil {
+			return client.ConversationBrief{}, st, err
+		}
+		owner = tok[0]
 	}
 	t0 = time.Now()
 	first := members[1:min(len(members), memberBatch)]
