@@ -16,9 +16,10 @@ import (
 // read fanout, built through the API as a client would, and connections dealt to workers.
 //
 //   - largegroup: --online members connected, --open of them with the group open, --senders
-//     of those sending at --rate in all; the senders also send into a direct conversation
-//     at the same rate on the same connection (--compare-direct), so the ack latencies of a
-//     100,000-member group and of a 2-member conversation compare within one run.
+//     of those sending at --rate in all; the first sender also sends into a direct
+//     conversation at its group rate on the same connection (--compare-direct), so the ack
+//     latencies of a 100,000-member group and of a 2-member conversation compare within
+//     one run.
 //   - readstorm: a message in the group, then --online members mark it read at once on
 //     their WebSockets; storage commits per read and the time until the sender is pushed
 //     the final read count.
@@ -136,24 +137,26 @@ func (c *coord) setupLargeGroup(ctx context.Context) (*plan, error) {
 		return nil, err
 	}
 	jobs := c.roomJobs(conv.ConvID)
+	var direct string
 	if cfg.CompareDirect {
 		d, err := c.as(online[0]).CreateDirect(ctx, peer[0])
 		if err != nil {
 			return nil, fmt.Errorf("create direct conversation: %w", err)
 		}
-		for _, j := range jobs {
-			j.Room.Direct = d.ConvID
-		}
+		direct = d.ConvID
 	}
 	for i := range cfg.Online {
 		rc := RoomConn{Account: online[i], Open: i < cfg.Open}
 		if i < cfg.Senders {
 			rc.Send, rc.Rate, rc.Quota = true, cfg.Rate/float64(cfg.Senders), quota(cfg.Messages, cfg.Senders, i)
 		}
+		if i == 0 {
+			rc.Direct = direct // the first sender alone: the conversation is its and the peer's
+		}
 		deal(jobs, i, rc)
 	}
 	if cfg.CompareDirect {
-		deal(jobs, 0, RoomConn{Account: online[cfg.Online], Peer: true})
+		deal(jobs, 0, RoomConn{Account: online[cfg.Online], Peer: true, Direct: direct})
 	}
 	p := &plan{jobs: jobs, opName: "group send -> ack"}
 	p.finish = func(r *Report) {

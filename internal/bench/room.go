@@ -33,7 +33,6 @@ type RoomJob struct {
 	Conv    string     `json:"conv"`    // the group (broadcast-naive: a stand-in conv_id)
 	Members int        `json:"members"` // the group's size, which notices must carry
 	Conns   []RoomConn `json:"conns"`
-	Direct  string     `json:"direct,omitempty"`   // largegroup: the senders' direct conversation
 	ReadSeq int64      `json:"read_seq,omitempty"` // readstorm: the message every reader reads
 	Readers int        `json:"readers,omitempty"`  // readstorm: the read count the sender waits for
 	Window  int        `json:"window,omitempty"`   // broadcast: messages sent and not yet received by every connection here
@@ -44,9 +43,10 @@ type RoomJob struct {
 type RoomConn struct {
 	Account
 	Open     bool    `json:"open,omitempty"`     // opens the group: every message is pushed to it in full
-	Send     bool    `json:"send,omitempty"`     // sends into the group (and into Direct, if set)
+	Send     bool    `json:"send,omitempty"`     // sends into the group
 	Rate     float64 `json:"rate,omitempty"`     // sends/s into each (0: broadcast's windowed closed loop)
 	Quota    int64   `json:"quota,omitempty"`    // messages into the group; 0: until the duration ends
+	Direct   string  `json:"direct,omitempty"`   // largegroup: a direct conversation it also sends into at Rate (or, as Peer, receives)
 	Peer     bool    `json:"peer,omitempty"`     // largegroup: the other member of Direct, not in the group
 	Read     bool    `json:"read,omitempty"`     // readstorm: marks ReadSeq read at the start
 	Receipts bool    `json:"receipts,omitempty"` // readstorm: the sender, waiting for the final count
@@ -164,9 +164,9 @@ func (l *roomLoad) prepare(ctx context.Context) error {
 			l.w.ledger.Watch(l.job.Conv, 0)
 			open++
 		}
-		if l.job.Direct != "" && (spec.Send || spec.Peer) {
-			c.stream.Watch(l.job.Direct, 0)
-			l.w.ledger.Watch(l.job.Direct, 0)
+		if spec.Direct != "" {
+			c.stream.Watch(spec.Direct, 0)
+			l.w.ledger.Watch(spec.Direct, 0)
 		}
 		l.conns[i] = c
 	}
@@ -454,10 +454,10 @@ func (l *roomLoad) run(ctx context.Context, at time.Time, stop <-chan struct{}) 
 			wg.Go(func() { l.windowed(lctx, c, at) })
 		case c.spec.Send:
 			wg.Go(func() { l.openLoop(lctx, c, l.job.Conv, c.spec.Quota, at, 0) })
-			if l.job.Direct != "" {
+			if c.spec.Direct != "" {
 				// The same connection sends into the direct conversation on the same
 				// schedule, half an interval later: both latencies are measured at once.
-				wg.Go(func() { l.openLoop(lctx, c, l.job.Direct, c.spec.Quota, at, 0.5) })
+				wg.Go(func() { l.openLoop(lctx, c, c.spec.Direct, c.spec.Quota, at, 0.5) })
 			}
 		case c.spec.Read:
 			wg.Go(func() { l.read(ctx, c) })
