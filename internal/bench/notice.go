@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -75,18 +76,8 @@ func withinRate(n int, span time.Duration) bool {
 // sortedTimes returns the send times of conv in times, sorted by seq.
 func sortedTimes(times map[string][]SentAt, conv string) []SentAt {
 	out := slices.Clone(times[conv])
-	slices.SortFunc(out, func(a, b SentAt) int { return cmpInt(a.Seq, b.Seq) })
+	slices.SortFunc(out, func(a, b SentAt) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // mergeTimes adds the send times of parts, per conversation.

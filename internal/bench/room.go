@@ -102,16 +102,17 @@ type roomConn struct {
 
 	writeMu sync.Mutex // one data-frame writer at a time
 
-	mu       sync.Mutex // guards the fields below
-	pending  map[string]chan *roomFrame
-	notices  []noticeAt
-	receipts []time.Time    // when each receipts push of the group arrived
-	counts   map[int64]int  // seq -> highest read_count pushed
-	final    chan struct{}  // closed when the final read count arrived
-	covered  int64          // highest max_seq noticed
-	wantSeq  int64          // drain: the max_seq the notices must reach
-	reached  chan struct{}  // drain: closed once covered >= wantSeq
-	sentSeqs map[int64]bool // naive: seqs this connection sent, awaiting their copy
+	mu        sync.Mutex // guards the fields below
+	pending   map[string]chan *roomFrame
+	notices   []noticeAt
+	receipts  []time.Time    // when each receipts push of the group arrived
+	counts    map[int64]int  // seq -> highest read_count pushed
+	final     chan struct{}  // closed when the final read count arrived
+	finalSeen bool           // final is closed
+	covered   int64          // highest max_seq noticed
+	wantSeq   int64          // drain: the max_seq the notices must reach
+	reached   chan struct{}  // drain: closed once covered >= wantSeq
+	sentSeqs  map[int64]bool // naive: seqs this connection sent, awaiting their copy
 }
 
 // roomLoad is the worker side of the large-group scenarios.
@@ -384,20 +385,12 @@ func (c *roomConn) onReceipts(f *roomFrame, now time.Time) {
 			w.v.Reportf(VNotice, c.label, f.ConvID, "read_count %d above member_count %d (seq %d)", r.ReadCount, r.MemberCount, r.Seq)
 		}
 		c.counts[r.Seq] = max(c.counts[r.Seq], r.ReadCount)
-		if r.Seq == c.l.job.ReadSeq && c.spec.Receipts && r.ReadCount >= c.l.job.Readers && !isClosed(c.final) {
+		if r.Seq == c.l.job.ReadSeq && c.spec.Receipts && r.ReadCount >= c.l.job.Readers && !c.finalSeen {
+			c.finalSeen = true
 			w.rec.raise("receipts_final_unix_ns", now.UnixNano())
 			w.rec.raise("receipts_final_count", int64(r.ReadCount))
 			close(c.final)
 		}
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -474,30 +467,12 @@ func (l *roomLoad) run(ctx context.Context, at time.Time, stop <-chan struct{}) 
 }
 
 // openLoop sends into conv at the connection's rate on a fixed schedule, whatever the acks
-// do (up to maxInFlight outstanding); latency counts from the scheduled time. phase shifts
-// the schedule by that fraction of an interval.
+// do; latency counts from the scheduled time. phase shifts the schedule by that fraction of
+// an interval.
 func (l *roomLoad) openLoop(ctx context.Context, c *roomConn, conv string, quota int64, at time.Time, phase float64) {
 	interval := time.Duration(float64(time.Second) / c.spec.Rate)
-	next := at.Add(time.Duration(rand.Int64N(int64(max(interval/4, 1)))) + time.Duration(phase*float64(interval)))
-	sem := make(chan struct{}, maxInFlight)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for n := int64(0); quota <= 0 || n < quota; n++ {
-		if !sleepUntil(ctx, next) {
-			return
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		intended := next
-		wg.Go(func() {
-			defer func() { <-sem }()
-			l.send(ctx, c, conv, intended)
-		})
-		next = next.Add(interval)
-	}
+	first := at.Add(time.Duration(rand.Int64N(int64(max(interval/4, 1)))) + time.Duration(phase*float64(interval)))
+	paced(ctx, interval, first, quota, func(intended time.Time) { l.send(ctx, c, conv, intended) })
 }
 
 // windowed is broadcast's sender: a closed loop that keeps at most Window messages sent
@@ -518,7 +493,7 @@ func (l *roomLoad) windowed(ctx context.Context, c *roomConn, at time.Time) {
 			l.tracker.wait(octx, sent)
 		}()
 	}
-	for n := int64(1); c.spec.Quota <= 0 || n <= c.spec.Quota; n++ {
+	for n := int64(1); c.spec.Quota == 0 || n <= c.spec.Quota; n++ {
 		if !l.tracker.wait(ctx, n-window) {
 			return
 		}
