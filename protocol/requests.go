@@ -68,7 +68,48 @@ const (
 	OpPong      = "pong"
 	OpEvent     = "event"
 	OpError     = "error"
+	// Large groups (section 10): a connection opens the conversations it shows, and gets
+	// their messages pushed in full ("message"); of the others it gets notices ("notice");
+	// with ?mark= it gets one "changes" push after its catch-up.
+	OpOpen    = "open"
+	OpClose   = "close"
+	OpMessage = "message"
+	OpNotice  = "notice"
+	OpChanges = "changes"
 )
+
+// ConvRequest is the params of the "open" and "close" ops.
+type ConvRequest struct {
+	ConvID string `json:"conv_id"`
+}
+
+// MessagePush is the push of a message of a read-fanout conversation the connection has
+// open: it is in no log, so it has no cursor.
+type MessagePush struct {
+	Op      string  `json:"op"` // "message"
+	Message Message `json:"message"`
+}
+
+// NoticePush tells a connection that a read-fanout conversation it does not have open has
+// new messages, at most once per conversation per second, never with their content. A
+// client that wants them waits PullDelayMS (random, so that the members of a large group do
+// not all pull at once), then fetches history after the last seq it has.
+type NoticePush struct {
+	Op          string `json:"op"` // "notice"
+	ConvID      string `json:"conv_id"`
+	MaxSeq      int64  `json:"max_seq"`
+	Unread      int64  `json:"unread"`
+	PullDelayMS int64  `json:"pull_delay_ms"`
+}
+
+// ChangesPush is pushed once after the catch-up of a connection made with ?mark=: the
+// briefs of the caller's read-fanout conversations with a message after that mark, and the
+// mark to connect with next time, as a sync answers them.
+type ChangesPush struct {
+	Op            string              `json:"op"` // "changes"
+	Mark          int64               `json:"mark"`
+	Conversations []ConversationBrief `json:"conversations"`
+}
 
 // Frame is the envelope of a client frame: id and op, with the op's params flat beside them.
 type Frame struct {

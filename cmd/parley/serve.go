@@ -60,6 +60,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&n.Gateway.RequestBurst, "request-burst", n.Gateway.RequestBurst, "burst of the request rate limit")
 	fs.Float64Var(&n.Gateway.HistoryRate, "history-rate", n.Gateway.HistoryRate, "history pages per second per user, all devices (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.HistoryBurst, "history-burst", n.Gateway.HistoryBurst, "burst of the history rate limit")
+	fs.DurationVar(&n.Gateway.PullDelayMax, "pull-delay-max", n.Gateway.PullDelayMax, "largest random delay a large group's notice asks clients to wait before they fetch its messages")
 	fs.Float64Var(&n.Gateway.FanoutRate, "fanout-rate", n.Gateway.FanoutRate, "sync events per second a device's calls may create, a group send counting one per member (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.FanoutBurst, "fanout-burst", n.Gateway.FanoutBurst, "burst of the fanout rate limit")
 	fs.DurationVar(&n.Gateway.ConvChangeEvery, "conv-change-every", n.Gateway.ConvChangeEvery, "after the burst, one rename or member change per conversation per this interval (0 turns the limit off)")

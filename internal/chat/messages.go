@@ -82,19 +82,20 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		return ack, err
 	}
 	s.counts.advance(res.Message.ConvID, res.Message.SenderID, res.Message.Seq, res.Message.Seq) // sending reads it
-	if len(res.Events) == 0 {
-		// Read fanout (a write-fanout message is at least the sender's event): no member's
-		// log has it; their long-polls are woken to read the conversation's new mark.
-		s.recent.add(res.Message, p.epoch)
-		s.hub.NotifyConversation(res.Message.ConvID)
-		s.obs.MessageStored(s.now().Sub(p.start), false)
-		return ackOf(res.Message, false), nil
-	}
 	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)), &res.Message)
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
 	}
 	m := &res.Message
+	if len(res.Events) == 0 {
+		// Read fanout (a write-fanout message is at least the sender's event): no member's
+		// log has it. It goes live through the conversation's room, and wakes the
+		// long-polls of its members, which read the conversation's new mark.
+		s.recent.add(res.Message, p.epoch)
+		s.publishLive(m, payload)
+		s.obs.MessageStored(s.now().Sub(p.start), false)
+		return ackOf(res.Message, false), nil
+	}
 	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
 	// One event per member, each user once: published as they are, without an outbox.
 	evs := make([]hub.Event, len(res.Events))

@@ -233,7 +233,7 @@ func readFanoutChanges(ctx context.Context, tx store.ReadTx, userID string, resp
 		resp.Conversations = append(resp.Conversations, b)
 	}
 	if resp.Mark > mark {
-		return fmt.Errorf("%w: mark %d is ahead of the latest mark %d", ErrConflict, resp.Mark, mark)
+		return conflictMark(resp.Mark, mark)
 	}
 	resp.Mark = mark
 	return nil

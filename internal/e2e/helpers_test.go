@@ -435,6 +435,12 @@ func (n *node) dial(t testing.TB, token string, cursor int64) *wsClient {
 	if cursor >= 0 {
 		q.Set("cursor", strconv.FormatInt(cursor, 10))
 	}
+	return n.dialQuery(t, token, q)
+}
+
+// dialQuery opens a WebSocket with the query parameters and starts reading it.
+func (n *node) dialQuery(t testing.TB, token string, q url.Values) *wsClient {
+	t.Helper()
 	conn, resp, err := n.dialRaw(token, q)
 	if err != nil {
 		status := 0

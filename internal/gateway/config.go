@@ -74,6 +74,11 @@ type Config struct {
 	// server read. HistoryRate 0 turns the limit off. Default 20/s, burst 100.
 	HistoryRate  float64
 	HistoryBurst int
+	// PullDelayMax bounds the random pull delay a notice of a large group carries (section
+	// 10 of the protocol): the members it reaches wait that long, each a different time
+	// uniform in [0, PullDelayMax], before they fetch the new messages, so that 15,000 online
+	// members do not all pull in the same millisecond. 0 sends no delay. Default 3 s.
+	PullDelayMax time.Duration
 	// DevLogin enables POST /v1/dev/login, which signs a browser in by user and device name
 	// alone (creating the user if needed). For development on a loopback address only:
 	// cmd/parley refuses it on any other address, and the endpoint answers only requests of
@@ -104,6 +109,7 @@ func DefaultConfig() Config {
 		ConvCreateBurst:   20,
 		HistoryRate:       20,
 		HistoryBurst:      100,
+		PullDelayMax:      3 * time.Second,
 	}
 }
 
@@ -127,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if c.BodyTimeout <= 0 {
 		errs = append(errs, errors.New("body timeout must be positive"))
+	}
+	if c.PullDelayMax < 0 {
+		errs = append(errs, errors.New("pull delay max must not be negative"))
 	}
 	if c.LongPollsPerUser < 1 {
 		errs = append(errs, errors.New("long-polls per user must be at least 1"))

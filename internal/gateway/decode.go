@@ -260,6 +260,8 @@ func withParams(f protocol.Frame, b body) clientFrame {
 		cf.params, cf.paramsErr = decodeRecall(b)
 	case protocol.OpSync:
 		cf.params, cf.paramsErr = decodeSync(b)
+	case protocol.OpOpen, protocol.OpClose:
+		cf.params, cf.paramsErr = decodeConv(b)
 	case protocol.OpPing: // no params
 	default:
 		op := f.Op
@@ -401,6 +403,18 @@ func decodeRecall(b body) (protocol.RecallRequest, error) {
 		return req, invalidf("seq is required")
 	}
 	return req, nil
+}
+
+// decodeConv decodes the params of the "open" and "close" ops.
+func decodeConv(b body) (protocol.ConvRequest, error) {
+	var p protocol.ConvRequest
+	if err := b.decode(&p); err != nil {
+		return p, err
+	}
+	if !protocol.ValidConvID(p.ConvID) {
+		return p, invalidf("conv_id is missing or malformed")
+	}
+	return p, nil
 }
 
 // decodeSyncParams decodes the params of the "sync" op.

@@ -187,3 +187,18 @@ func encodeErrorPush(code int, msg string) []byte {
 	b, _ := json.Marshal(protocol.PushFrame{Op: protocol.OpError, Code: code, Error: msg}) // always marshals
 	return b
 }
+
+// appendNoticePush appends the notice push of n with pull delay delayMS to dst: the bytes
+// json.Marshal of a protocol.NoticePush gives. Every online member of a large group gets
+// one per message burst, each with its own unread count and delay, so it is built by hand.
+func appendNoticePush(dst []byte, n hub.Notice, delayMS int64) []byte {
+	dst = append(dst, `{"op":"notice","conv_id":`...)
+	dst = protocol.AppendString(dst, n.ConvID)
+	dst = append(dst, `,"max_seq":`...)
+	dst = strconv.AppendInt(dst, n.MaxSeq, 10)
+	dst = append(dst, `,"unread":`...)
+	dst = strconv.AppendInt(dst, n.Unread, 10)
+	dst = append(dst, `,"pull_delay_ms":`...)
+	dst = strconv.AppendInt(dst, delayMS, 10)
+	return append(dst, '}')
+}

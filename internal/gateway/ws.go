@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -71,11 +74,16 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = g.allow(me, false)
 	}
-	var cursor *int64
+	var cursor, mark *int64
 	if err == nil && r.URL.Query().Get("cursor") != "" {
 		var n int64
 		n, err = queryInt(r.URL.Query(), "cursor", 0, 0)
 		cursor = &n
+	}
+	if err == nil && r.URL.Query().Get("mark") != "" {
+		var n int64
+		n, err = queryInt(r.URL.Query(), "mark", 0, 0)
+		mark = &n
 	}
 	if err == nil && !g.reserve() {
 		err = errDraining
@@ -97,6 +105,9 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.sub = g.svc.Hub().Watch(me.UserID, g.cfg.SendQueue, c.wake)
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
 		c.last, err = g.svc.LatestCursor(r.Context(), me.UserID)
+	}
+	if err == nil {
+		err = c.followReadFanout(r.Context(), mark)
 	}
 	if err != nil {
 		c.sub.Close()
@@ -225,6 +236,36 @@ type wsConn struct {
 	refusedPings int // pings refused in a row by the request limit; used by the reader only
 
 	sends inflight // the send frames started and not yet answered
+
+	// Used by one writer at a time, like cursor and last:
+	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=
+	held    []*hub.Event          // ephemeral pushes taken while catching up, written once it is done
+}
+
+// maxOpen is how many conversations a connection may have open at once.
+const maxOpen = 32
+
+// followReadFanout makes the connection's subscription follow the rooms of the user's
+// read-fanout conversations (hub.Follow), and, for a connection made with a mark, keeps the
+// "changes" push to send after the catch-up. It runs after the subscription is made, so a
+// join or leave committed since is in the events the writer will push, which it applies
+// after this (observe): the last word on each conversation is the newest.
+func (c *wsConn) followReadFanout(ctx context.Context, mark *int64) error {
+	from := int64(-1)
+	if mark != nil {
+		from = *mark
+	}
+	st, err := c.g.svc.ReadFanoutState(ctx, c.me, from)
+	if err != nil {
+		return err
+	}
+	for _, f := range st.Follow {
+		c.g.svc.Hub().Follow(c.sub, f.ConvID, f.Seen, f.MaxSeq)
+	}
+	if mark != nil {
+		c.changes = &protocol.ChangesPush{Op: protocol.OpChanges, Mark: st.Mark, Conversations: st.Changed}
+	}
+	return nil
 }
 
 // close ends the connection with code and reason, after sending last (an error push) if
@@ -464,6 +505,12 @@ func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 		return protocol.DeliveredPosition{DeliveredSeq: n}, err
 	case protocol.RecallRequest:
 		return empty{}, svc.Recall(ctx, me, p.ConvID, *p.Seq)
+	case protocol.ConvRequest:
+		if f.Op == protocol.OpOpen {
+			return c.openConversation(ctx, p.ConvID)
+		}
+		svc.Hub().CloseConversation(c.sub, p.ConvID)
+		return empty{}, nil
 	case protocol.SyncParams:
 		resp, err := svc.Sync(ctx, me, *p.Cursor, p.Mark, min(p.Limit, protocol.MaxSyncLimit), 0)
 		if resp.Events == nil {
@@ -475,6 +522,23 @@ func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 		return nil, fmt.Errorf("gateway: op %q decoded but not dispatched", f.Op)
 	}
 	return pong{Op: protocol.OpPong}, nil
+}
+
+// openConversation serves the "open" op: convID's messages are pushed in full from now on
+// (for a read-fanout conversation; a write-fanout one is pushed anyway), and the answer is
+// the caller's brief, read after the room counts the connection in, so that every message
+// after its max_seq is pushed.
+func (c *wsConn) openConversation(ctx context.Context, convID string) (protocol.ConversationBrief, error) {
+	h := c.g.svc.Hub()
+	if n, open := c.sub.Opened(convID); !open && n >= maxOpen {
+		return protocol.ConversationBrief{}, fmt.Errorf("%w: too many open conversations (%d): close one first", chat.ErrConflict, maxOpen)
+	}
+	h.OpenConversation(c.sub, convID)
+	b, err := c.g.svc.GetConversation(ctx, c.me, convID)
+	if err != nil {
+		h.CloseConversation(c.sub, convID)
+	}
+	return b, err
 }
 
 // ---- writer ----
@@ -533,6 +597,14 @@ func (c *wsConn) writeAll() (open bool) {
 			return false
 		}
 	}
+	if c.changes != nil {
+		frame, err := json.Marshal(c.changes)
+		c.changes = nil
+		if err != nil || !c.pushFrame(frame) {
+			c.close(websocket.CloseInternalServerErr, "internal error", nil)
+			return false
+		}
+	}
 	var replies [][]byte
 	var events []*hub.Event
 	for !c.closing() {
@@ -547,10 +619,11 @@ func (c *wsConn) writeAll() (open bool) {
 		clear(replies)
 		clear(events)
 		replies, events = c.replies.take(replies), c.sub.Take(events)
-		if replies == nil && events == nil {
+		notices := c.sub.TakeNotices()
+		if replies == nil && events == nil && notices == nil {
 			return c.subscribed(c.sub)
 		}
-		if err := c.writeWaiting(replies, events); err != nil {
+		if err := c.writeWaiting(replies, events, notices); err != nil {
 			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
 			return false
 		}
@@ -566,8 +639,9 @@ func (c *wsConn) hold() {
 	}
 }
 
-// writeWaiting writes replies, then events, held together and sent at the end (corkConn).
-func (c *wsConn) writeWaiting(replies [][]byte, events []*hub.Event) error {
+// writeWaiting writes replies, then events, then notices, held together and sent at the
+// end (corkConn).
+func (c *wsConn) writeWaiting(replies [][]byte, events []*hub.Event, notices []hub.Notice) error {
 	c.hold()
 	for _, b := range replies {
 		if err := c.write(b); err != nil {
@@ -579,7 +653,28 @@ func (c *wsConn) writeWaiting(replies [][]byte, events []*hub.Event) error {
 			return errConnEnding
 		}
 	}
+	if len(notices) > 0 {
+		buf := pushBuffers.Get().(*[]byte)
+		defer pushBuffers.Put(buf)
+		for _, n := range notices {
+			*buf = appendNoticePush((*buf)[:0], n, c.pullDelay())
+			if !c.pushFrame(*buf) {
+				return errConnEnding
+			}
+		}
+	}
 	return c.flush()
+}
+
+// pullDelay returns a notice's pull delay in milliseconds: uniform in [0, PullDelayMax], a
+// different one for every notice, so that the members of a large group pull at different
+// times.
+func (c *wsConn) pullDelay() int64 {
+	max := c.g.cfg.PullDelayMax.Milliseconds()
+	if max <= 0 {
+		return 0
+	}
+	return rand.Int64N(max + 1)
 }
 
 // flush sends everything written since hold, and stops holding.
@@ -621,6 +716,9 @@ func (c *wsConn) finish() {
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
 // from the log first.
 func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool {
+	if ev.Cursor == 0 { // ephemeral: a frame of its own, in no log
+		return c.pushFrame(ev.Data)
+	}
 	if ev.Cursor <= *last {
 		return true
 	}
@@ -641,6 +739,7 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool
 		return false
 	}
 	*last = ev.Cursor
+	c.observe(ev.Type, ev.ConvID, ev.Data)
 	return true
 }
 
@@ -657,7 +756,7 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 	}()
 	var seen int64
 	for !c.closing() {
-		seen = max(seen, drain(sub))
+		seen = max(seen, c.drain(sub))
 		resp, err := c.g.svc.Events(c.ctx, c.me, *last, protocol.MaxSyncLimit)
 		if err != nil {
 			c.fail(err)
@@ -667,10 +766,22 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			return false
 		}
 		if (!resp.HasMore || len(resp.Events) == 0) && *last >= seen {
-			return true
+			return c.writeHeld()
 		}
 	}
 	return false
+}
+
+// writeHeld writes the ephemeral pushes drain kept during a catch-up.
+func (c *wsConn) writeHeld() bool {
+	held := c.held
+	c.held = nil
+	for _, ev := range held {
+		if !c.pushFrame(ev.Data) {
+			return false
+		}
+	}
+	return true
 }
 
 // pushPage pushes the events of a catch-up page after *last, each frame built in buf, all of
@@ -689,6 +800,7 @@ func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last 
 			return false
 		}
 		*last = evs[i].Cursor
+		c.observe(evs[i].Type, evs[i].ConvID, evs[i].Data)
 	}
 	if err := c.flush(); err != nil {
 		c.close(CloseTooSlow, "write failed", nil)
@@ -709,10 +821,14 @@ func (c *wsConn) subscribed(sub *hub.Subscription) bool {
 }
 
 // drain takes every event already buffered in sub and returns the highest cursor among
-// them (0 if none).
-func drain(sub *hub.Subscription) int64 {
+// them (0 if none). The log has those events; the ephemeral ones it has not, so they are
+// kept in c.held, for writeHeld.
+func (c *wsConn) drain(sub *hub.Subscription) int64 {
 	var top int64
 	for _, ev := range sub.Take(nil) {
+		if ev.Cursor == 0 {
+			c.held = append(c.held, ev)
+		}
 		top = max(top, ev.Cursor)
 	}
 	return top
@@ -798,3 +914,41 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// observe keeps the connection's rooms in step with the user's log, event by event as they
+// are pushed (catch-up and live alike, in cursor order): a conv_updated event of a
+// read-fanout conversation follows it (a join, or the switch of a group) or unfollows it
+// (the user left or was removed), and a read or a clear raises what the user has seen of
+// it, for the unread counts of its notices.
+func (c *wsConn) observe(typ, convID string, data []byte) {
+	h := c.g.svc.Hub()
+	switch typ {
+	case protocol.EventConvUpdated:
+		if !bytes.Contains(data, readFanoutField) {
+			return
+		}
+		var b protocol.ConversationBrief
+		if json.Unmarshal(data, &b) != nil {
+			return
+		}
+		if b.Removed {
+			h.Unfollow(c.sub, convID)
+		} else {
+			h.Follow(c.sub, convID, b.MaxSeq-b.Unread, b.MaxSeq)
+		}
+	case protocol.EventRead:
+		var d protocol.ReadData
+		if c.sub.Follows(convID) && json.Unmarshal(data, &d) == nil && d.UserID == c.me.UserID {
+			h.Seen(c.sub, convID, d.ReadSeq)
+		}
+	case protocol.EventConvDeleted:
+		var d protocol.ConvDeletedData
+		if c.sub.Follows(convID) && json.Unmarshal(data, &d) == nil {
+			h.Seen(c.sub, convID, d.ClearedSeq)
+		}
+	}
+}
+
+// readFanoutField is how a brief of a read-fanout conversation says so, as the server
+// encodes it: most conv_updated events are not, and are not decoded.
+var readFanoutField = []byte(`"fanout":"read"`)

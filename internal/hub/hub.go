@@ -9,6 +9,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"github.com/parleychat/parley/protocol"
 )
@@ -65,6 +66,7 @@ type Hub struct {
 	seed   maphash.Seed // of shardOf's hash
 	shards [hubShards]shard
 	convs  convWatches // read-fanout conversations' wake-ups (convwatch.go)
+	rooms  rooms       // read-fanout conversations' live delivery (rooms.go)
 }
 
 // hubShards is how many shards a hub has: a power of two, well above the number of cores.
@@ -79,9 +81,12 @@ type shard struct {
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{seed: maphash.MakeSeed(), convs: convWatches{seed: maphash.MakeSeed()}}
+	h := &Hub{seed: maphash.MakeSeed(), convs: convWatches{seed: maphash.MakeSeed()}, rooms: rooms{seed: maphash.MakeSeed(), now: time.Now}}
 	for i := range h.shards {
 		h.shards[i].subs = make(map[string]map[*Subscription]struct{})
+	}
+	for i := range h.rooms.shards {
+		h.rooms.shards[i].rooms = make(map[string]*room)
 	}
 	return h
 }
@@ -95,6 +100,7 @@ func (h *Hub) shardOf(userID string) *shard {
 // a channel (Subscribe), or through a queue that is read with Take and announced by a
 // function (Watch).
 type Subscription struct {
+	hub    *Hub
 	shard  *shard
 	userID string
 	ch     chan *Event   // Subscribe's; nil for Watch's
@@ -102,9 +108,14 @@ type Subscription struct {
 	limit  int           // Watch's: most events queued
 	done   chan struct{} // Subscribe's; nil for Watch's, whose subscriber is notified instead
 
-	mu    sync.Mutex // guards err and queue; done is closed exactly once, when err is set
-	err   error
-	queue Queue[*Event] // Watch's events not yet taken
+	mu      sync.Mutex // guards err, queue and notices; done is closed exactly once, when err is set
+	err     error
+	queue   Queue[*Event]     // Watch's events not yet taken
+	notices map[string]Notice // Watch's notices not yet taken, by conversation (rooms.go)
+
+	fmu       sync.Mutex      // guards following and opened (rooms.go); taken before any room's lock
+	following map[string]bool // the read-fanout conversations whose room s is in
+	opened    map[string]bool // the conversations s's connection has open
 }
 
 // Subscribe registers a subscription for userID with room for buffer pending events, which
@@ -133,7 +144,7 @@ func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
 // add registers s, a new subscription, for userID.
 func (h *Hub) add(userID string, s *Subscription) {
 	sh := h.shardOf(userID)
-	s.shard, s.userID = sh, userID
+	s.hub, s.shard, s.userID = h, sh, userID
 	sh.mu.Lock()
 	m := sh.subs[userID]
 	if m == nil {
@@ -258,9 +269,11 @@ func (s *Subscription) Err() error {
 	return s.err
 }
 
-// Close ends the subscription with ErrClosed. It is safe to call more than once.
+// Close ends the subscription with ErrClosed, and its memberships of rooms. It is safe to
+// call more than once.
 func (s *Subscription) Close() {
 	s.shard.mu.Lock()
 	s.shard.endLocked(s, ErrClosed)
 	s.shard.mu.Unlock()
+	s.hub.unfollowAll(s)
 }

@@ -1,0 +1,427 @@
+package hub
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Rooms deliver the messages of read-fanout conversations (large groups) live, without a
+// storm (docs/design.md, "Large groups"). A message there is in no member's log, so the
+// hub cannot publish it per user. Instead each conversation with members online in this
+// process has a room: the WebSocket subscriptions of its members (Follow), some of which
+// have the conversation open (OpenConversation). A message (Message) is handed, one Body shared by all,
+// to the open subscriptions, in seq order; every other subscription gets a notice
+// (conversation, max_seq, unread) at most once per NoticeInterval, built when the room's
+// round runs: a burst of 100 messages is one notice per connection, not 100.
+//
+// Lock order: a subscription's follow lock (fmu), then a room shard's lock, then the
+// subscription's queue lock (mu). Rounds and messages take the last two only.
+
+// NoticeInterval is the shortest time between two notice rounds of one room, so between
+// two notices of one conversation to one connection.
+const NoticeInterval = time.Second
+
+// maxPending bounds the out-of-order messages a room holds while it waits for a seq that is
+// late; past it the room skips the gap, which the clients fill by history.
+const maxPending = 64
+
+// Notice tells a connection that a read-fanout conversation it does not have open has new
+// messages: the newest seq, and how many of those the user has not read.
+type Notice struct {
+	ConvID string
+	MaxSeq int64
+	Unread int64
+}
+
+type roomShard struct {
+	mu    sync.Mutex
+	rooms map[string]*room
+}
+
+type rooms struct {
+	seed   maphash.Seed
+	shards [watchShards]roomShard
+	now    func() time.Time
+}
+
+func (r *rooms) shardOf(convID string) *roomShard {
+	return &r.shards[maphash.String(r.seed, convID)%watchShards]
+}
+
+// room is one conversation's live state in this process. Guarded by its shard's lock.
+type room struct {
+	id          string
+	members     map[string]map[*Subscription]*follow // user -> their subscriptions following it
+	open        map[*Subscription]struct{}
+	next        int64           // the seq to hand to the open subscriptions next; 0 before the first message
+	pending     map[int64]*Body // messages that came before their predecessor
+	recent      []roomMessage   // the newest messages handed over, oldest first, for late followers
+	maxSeq      int64           // the newest seq known
+	lastRun     time.Time       // when the last notice round ran
+	lastMessage time.Time       // when the last message came
+	timer       *time.Timer     // the next round, while one is due
+}
+
+// roomMessage is a message a room has handed to its open subscriptions.
+type roomMessage struct {
+	seq  int64
+	body *Body
+}
+
+// recentKept is how many of the newest messages a room keeps for a subscription that
+// follows it late: a connection that learns of a group's switch from its log (the
+// conv_updated event) follows the room only when it pushes that event, and the messages
+// sent between the switch and then are pushed to it from here.
+const recentKept = 64
+
+// follow is one subscription's membership of a room.
+type follow struct {
+	seen     int64 // the user's max(read_seq, visible_from): unread = maxSeq - seen
+	notified int64 // the max_seq of the last notice queued to it
+	open     bool
+}
+
+// Follow makes s, a subscription made by Watch, a follower of the read-fanout conversation
+// convID: from now on it gets the conversation's notices, and its pushes while it has the
+// conversation open. seen is the user's max(read_seq, visible_from), maxSeq the newest seq
+// the caller knows of (the notices are of seqs above it). Following again only raises seen.
+func (h *Hub) Follow(s *Subscription, convID string, seen, maxSeq int64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.following == nil {
+		s.following = make(map[string]bool)
+	}
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.roomLocked(convID)
+	rm.maxSeq = max(rm.maxSeq, maxSeq)
+	subs := rm.members[s.userID]
+	if subs == nil {
+		subs = make(map[*Subscription]*follow)
+		rm.members[s.userID] = subs
+	}
+	f := subs[s]
+	if f == nil {
+		f = &follow{seen: seen, notified: maxSeq}
+		subs[s] = f
+	}
+	f.seen = max(f.seen, seen)
+	f.notified = max(f.notified, maxSeq)
+	s.following[convID] = true
+	if s.opened[convID] && !f.open {
+		f.open = true
+		rm.open[s] = struct{}{}
+		rm.replay(s, maxSeq)
+	}
+	if !f.open && rm.maxSeq > f.notified {
+		rm.schedule(h)
+	}
+}
+
+// replay hands s the kept messages after seq, in seq order.
+func (rm *room) replay(s *Subscription, after int64) {
+	for _, m := range rm.recent {
+		if m.seq > after {
+			s.offerQueued([]Event{{Body: m.body}})
+		}
+	}
+}
+
+// schedule makes sure a notice round will run: at once if the last one ran NoticeInterval
+// ago or more, else when it will have.
+func (rm *room) schedule(h *Hub) {
+	if rm.timer == nil {
+		wait := max(0, NoticeInterval-h.rooms.now().Sub(rm.lastRun))
+		rm.timer = time.AfterFunc(wait, func() { h.round(rm.id, rm) })
+	}
+}
+
+// roomLocked returns convID's room, made if there is none. sh.mu must be held.
+func (sh *roomShard) roomLocked(convID string) *room {
+	rm := sh.rooms[convID]
+	if rm == nil {
+		rm = &room{id: convID, members: make(map[string]map[*Subscription]*follow), open: make(map[*Subscription]struct{}), pending: make(map[int64]*Body)}
+		sh.rooms[convID] = rm
+	}
+	return rm
+}
+
+// Unfollow ends s's membership of convID's room (the user left the conversation).
+func (h *Hub) Unfollow(s *Subscription, convID string) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	h.unfollowLocked(s, convID)
+}
+
+// unfollowLocked is Unfollow with s.fmu held.
+func (h *Hub) unfollowLocked(s *Subscription, convID string) {
+	if !s.following[convID] {
+		return
+	}
+	delete(s.following, convID)
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.rooms[convID]
+	if rm == nil {
+		return
+	}
+	delete(rm.open, s)
+	if subs := rm.members[s.userID]; subs != nil {
+		delete(subs, s)
+		if len(subs) == 0 {
+			delete(rm.members, s.userID)
+		}
+	}
+	if len(rm.members) == 0 && rm.timer == nil {
+		delete(sh.rooms, convID) // else its round decides (see idleRoom)
+	}
+}
+
+// Seen raises what s's user has seen of convID (a read on one of their devices), if s
+// follows it.
+func (h *Hub) Seen(s *Subscription, convID string, seen int64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if !s.following[convID] {
+		return
+	}
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if rm := sh.rooms[convID]; rm != nil {
+		if f := rm.members[s.userID][s]; f != nil {
+			f.seen = max(f.seen, seen)
+		}
+	}
+}
+
+// OpenConversation records that s's connection shows convID: while it follows the conversation, its
+// messages are pushed to s in full instead of notices. It returns how many conversations s
+// has open, this one included. Opening an open conversation changes nothing.
+func (h *Hub) OpenConversation(s *Subscription, convID string) int {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.opened == nil {
+		s.opened = make(map[string]bool)
+	}
+	s.opened[convID] = true
+	if s.following[convID] {
+		h.setOpen(s, convID, true)
+	}
+	return len(s.opened)
+}
+
+// CloseConversation undoes OpenConversation. Closing a conversation that is not open changes nothing.
+func (h *Hub) CloseConversation(s *Subscription, convID string) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if !s.opened[convID] {
+		return
+	}
+	delete(s.opened, convID)
+	if s.following[convID] {
+		h.setOpen(s, convID, false)
+	}
+}
+
+// Opened returns how many conversations s has open and whether convID is one of them.
+func (s *Subscription) Opened(convID string) (n int, open bool) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return len(s.opened), s.opened[convID]
+}
+
+// setOpen sets s's open flag in convID's room. s.fmu must be held, and s must follow convID.
+func (h *Hub) setOpen(s *Subscription, convID string, open bool) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.rooms[convID]
+	if rm == nil {
+		return
+	}
+	f := rm.members[s.userID][s]
+	if f == nil {
+		return
+	}
+	f.open = open
+	if open {
+		rm.open[s] = struct{}{}
+	} else {
+		delete(rm.open, s)
+		f.notified = rm.maxSeq // what was pushed while open needs no notice
+	}
+}
+
+// unfollowAll ends every membership of s (its subscription closed).
+func (h *Hub) unfollowAll(s *Subscription) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for convID := range s.following {
+		h.unfollowLocked(s, convID)
+	}
+	s.opened = nil
+}
+
+// idleRoom is how long a room without followers is kept after its last message: a
+// connection that follows it late (see recentKept) finds the messages it missed there.
+const idleRoom = 5 * time.Second
+
+// Message hands a committed message of the read-fanout conversation convID, with seq, sent
+// by senderID, to the conversation's room: body (an ephemeral event, Cursor 0, whose Data
+// is the whole push frame) to the subscriptions that have it open, in seq order, and a
+// notice round to the others, at once if the last one ran NoticeInterval ago or more, else
+// when it will have. The sender's own subscriptions count the message as seen (sending
+// reads it). A room is made if the conversation has none, and kept idleRoom after its last
+// message even without followers. It never blocks on a subscriber.
+func (h *Hub) Message(convID string, seq int64, senderID string, body *Body) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.roomLocked(convID)
+	rm.lastMessage = h.rooms.now()
+	for _, f := range rm.members[senderID] {
+		f.seen = max(f.seen, seq)
+	}
+	if seq > rm.maxSeq {
+		rm.maxSeq = seq
+		rm.schedule(h)
+	}
+	rm.deliver(seq, body)
+}
+
+// deliver hands body, message seq, to the open subscriptions once every seq before it has
+// been handed over (sends commit in seq order but may reach the hub in another order). A
+// seq older than the room's first message, or one that kept more than maxPending later
+// ones waiting, is not pushed: clients fill such gaps by history. Guarded by the shard lock.
+func (rm *room) deliver(seq int64, body *Body) {
+	if rm.next == 0 {
+		rm.next = seq
+	}
+	if seq < rm.next {
+		return
+	}
+	rm.pending[seq] = body
+	for len(rm.pending) > 0 {
+		b := rm.pending[rm.next]
+		if b == nil {
+			if len(rm.pending) <= maxPending {
+				return
+			}
+			low := int64(-1)
+			for s := range rm.pending {
+				if low < 0 || s < low {
+					low = s
+				}
+			}
+			rm.next = low
+			continue
+		}
+		delete(rm.pending, rm.next)
+		if len(rm.recent) == recentKept {
+			rm.recent = append(rm.recent[:0], rm.recent[1:]...)
+		}
+		rm.recent = append(rm.recent, roomMessage{seq: rm.next, body: b})
+		rm.next++
+		evs := []Event{{Body: b}}
+		for s := range rm.open {
+			s.offerQueued(evs)
+		}
+	}
+}
+
+// round queues a notice to every follower of rm without the conversation open whose last
+// notice was of an older max_seq. It runs on a timer of its own, so a send never waits for
+// it.
+func (h *Hub) round(convID string, rm *room) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm.timer = nil
+	if sh.rooms[convID] != rm {
+		return // the room closed meanwhile
+	}
+	rm.lastRun = h.rooms.now()
+	if len(rm.members) == 0 {
+		if idle := rm.lastRun.Sub(rm.lastMessage); idle >= idleRoom {
+			delete(sh.rooms, convID)
+		} else {
+			rm.timer = time.AfterFunc(idleRoom-idle, func() { h.round(convID, rm) })
+		}
+		return
+	}
+	for _, subs := range rm.members {
+		for s, f := range subs {
+			if f.open || f.notified >= rm.maxSeq {
+				continue
+			}
+			f.notified = rm.maxSeq
+			s.offerNotice(Notice{ConvID: convID, MaxSeq: rm.maxSeq, Unread: max(0, rm.maxSeq-f.seen)})
+		}
+	}
+}
+
+// offerQueued queues events to s, a subscription made by Watch, or ends it with ErrOverflow
+// when it has no room for them.
+func (s *Subscription) offerQueued(events []Event) {
+	if !s.offer(events) {
+		s.shard.mu.Lock()
+		s.shard.endLocked(s, ErrOverflow)
+		s.shard.mu.Unlock()
+	}
+}
+
+// offerNotice queues n for s, replacing a notice of the same conversation that waits still.
+func (s *Subscription) offerNotice(n Notice) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if s.notices == nil {
+		s.notices = make(map[string]Notice)
+	}
+	s.notices[n.ConvID] = n
+	s.mu.Unlock()
+	s.notify()
+}
+
+// TakeNotices returns the notices queued for s, or nil if there are none.
+func (s *Subscription) TakeNotices() []Notice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.notices) == 0 {
+		return nil
+	}
+	out := make([]Notice, 0, len(s.notices))
+	for _, n := range s.notices {
+		out = append(out, n)
+	}
+	s.notices = nil
+	return out
+}
+
+// Followers returns how many subscriptions follow convID here, and how many have it open.
+func (h *Hub) Followers(convID string) (following, open int) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.rooms[convID]
+	if rm == nil {
+		return 0, 0
+	}
+	for _, subs := range rm.members {
+		following += len(subs)
+	}
+	return following, len(rm.open)
+}
+
+// Follows reports whether s follows convID's room.
+func (s *Subscription) Follows(convID string) bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.following[convID]
+}

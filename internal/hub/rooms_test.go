@@ -1,0 +1,184 @@
+package hub
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// watcher is a subscription made by Watch whose notify signals a channel, as the gateway's
+// writer would be woken.
+type watcher struct {
+	*Subscription
+	woken chan struct{}
+}
+
+func watch(h *Hub, user string, limit int) watcher {
+	w := watcher{woken: make(chan struct{}, 1)}
+	w.Subscription = h.Watch(user, limit, func() {
+		select {
+		case w.woken <- struct{}{}:
+		default:
+		}
+	})
+	return w
+}
+
+// nextNotice waits up to d for a notice of w and returns it.
+func (w watcher) nextNotice(t *testing.T, d time.Duration) (Notice, bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		if ns := w.TakeNotices(); len(ns) > 0 {
+			if len(ns) != 1 {
+				t.Fatalf("%d notices of one conversation at once: %+v", len(ns), ns)
+			}
+			return ns[0], true
+		}
+		select {
+		case <-w.woken:
+		case <-deadline.C:
+			return Notice{}, false
+		}
+	}
+}
+
+func msg(seq int64) *Body {
+	return &Body{Type: "message", Data: []byte(fmt.Sprintf(`{"seq":%d}`, seq))}
+}
+
+func TestRoomPushesOpenSubscriptionsInSeqOrder(t *testing.T) {
+	h := New()
+	open, other := watch(h, "bob", 100), watch(h, "carol", 100)
+	defer open.Close()
+	defer other.Close()
+	h.Follow(open.Subscription, "g1", 0, 0)
+	h.Follow(other.Subscription, "g1", 0, 0)
+	if n := h.OpenConversation(open.Subscription, "g1"); n != 1 {
+		t.Fatalf("open count %d", n)
+	}
+	// Seqs 1..5 reach the hub out of order; the open subscription gets them in order.
+	for _, seq := range []int64{1, 3, 2, 5, 4} {
+		h.Message("g1", seq, "alice", msg(seq))
+	}
+	got := open.Take(nil)
+	if len(got) != 5 {
+		t.Fatalf("%d pushes, want 5", len(got))
+	}
+	for i, ev := range got {
+		if want := fmt.Sprintf(`{"seq":%d}`, i+1); string(ev.Data) != want || ev.Cursor != 0 {
+			t.Fatalf("push %d: cursor %d data %s, want %s", i, ev.Cursor, ev.Data, want)
+		}
+	}
+	if evs := other.Take(nil); evs != nil {
+		t.Fatalf("a follower without the conversation open got pushes: %d", len(evs))
+	}
+	if f, o := h.Followers("g1"); f != 2 || o != 1 {
+		t.Fatalf("followers %d open %d", f, o)
+	}
+}
+
+func TestRoomCoalescesNotices(t *testing.T) {
+	h := New()
+	bob := watch(h, "bob", 100)
+	defer bob.Close()
+	h.Follow(bob.Subscription, "g1", 2, 2) // bob has read up to 2
+	start := time.Now()
+	h.Message("g1", 3, "alice", msg(3))
+	n, ok := bob.nextNotice(t, 5*time.Second)
+	if !ok || n.ConvID != "g1" || n.MaxSeq != 3 || n.Unread != 1 {
+		t.Fatalf("first notice %+v (%v), want max_seq 3 unread 1", n, ok)
+	}
+	for seq := int64(4); seq <= 103; seq++ { // a burst of 100 within the second
+		h.Message("g1", seq, "alice", msg(seq))
+	}
+	n, ok = bob.nextNotice(t, 5*time.Second)
+	if !ok || n.MaxSeq != 103 || n.Unread != 101 {
+		t.Fatalf("second notice %+v (%v), want max_seq 103 unread 101", n, ok)
+	}
+	if el := time.Since(start); el < NoticeInterval {
+		t.Fatalf("two notices of one conversation %v apart, want at least %v", el, NoticeInterval)
+	}
+	if n, ok := bob.nextNotice(t, 1500*time.Millisecond); ok {
+		t.Fatalf("a third notice with nothing new: %+v", n)
+	}
+}
+
+func TestRoomSeenAndSender(t *testing.T) {
+	h := New()
+	alice, bob := watch(h, "alice", 100), watch(h, "bob", 100)
+	defer alice.Close()
+	defer bob.Close()
+	h.Follow(alice.Subscription, "g1", 0, 0)
+	h.Follow(bob.Subscription, "g1", 0, 0)
+	h.Seen(bob.Subscription, "g1", 1)
+	h.Message("g1", 1, "alice", msg(1))
+	h.Message("g1", 2, "alice", msg(2))
+	// alice's other device learns of her message (to fetch it) with nothing unread; bob has
+	// read 1 of 2.
+	for _, c := range []struct {
+		w      watcher
+		unread int64
+	}{{alice, 0}, {bob, 1}} {
+		n, ok := c.w.nextNotice(t, 5*time.Second)
+		if !ok || n.MaxSeq < 1 {
+			t.Fatalf("no notice: %+v", n)
+		}
+		if n.MaxSeq == 1 {
+			n, ok = c.w.nextNotice(t, 5*time.Second)
+		}
+		if !ok || n.MaxSeq != 2 || n.Unread != c.unread {
+			t.Fatalf("%s: notice %+v, want max_seq 2 unread %d", c.w.userID, n, c.unread)
+		}
+	}
+}
+
+func TestRoomEndsWithItsFollowers(t *testing.T) {
+	h := New()
+	bob := watch(h, "bob", 100)
+	h.Follow(bob.Subscription, "g1", 0, 0)
+	h.Follow(bob.Subscription, "g2", 0, 0)
+	h.Unfollow(bob.Subscription, "g2")
+	if f, _ := h.Followers("g2"); f != 0 {
+		t.Fatalf("g2 has %d followers after unfollow", f)
+	}
+	bob.Close()
+	if f, _ := h.Followers("g1"); f != 0 {
+		t.Fatalf("g1 has %d followers after close", f)
+	}
+	h.Message("g1", 1, "alice", msg(1)) // no room: nothing happens
+	if ns := bob.TakeNotices(); ns != nil {
+		t.Fatalf("closed subscription got %+v", ns)
+	}
+}
+
+func TestRoomOverflowEndsTheSlowOpenSubscription(t *testing.T) {
+	h := New()
+	slow := watch(h, "bob", 3)
+	defer slow.Close()
+	h.Follow(slow.Subscription, "g1", 0, 0)
+	h.OpenConversation(slow.Subscription, "g1")
+	for seq := int64(1); seq <= 4; seq++ {
+		h.Message("g1", seq, "alice", msg(seq))
+	}
+	if slow.Err() != ErrOverflow {
+		t.Fatalf("err %v, want overflow", slow.Err())
+	}
+}
+
+func TestRoomSkipsAGapThatNeverFills(t *testing.T) {
+	h := New()
+	bob := watch(h, "bob", 1000)
+	defer bob.Close()
+	h.Follow(bob.Subscription, "g1", 0, 0)
+	h.OpenConversation(bob.Subscription, "g1")
+	h.Message("g1", 1, "alice", msg(1))
+	for seq := int64(3); seq <= 3+maxPending; seq++ { // 2 never comes
+		h.Message("g1", seq, "alice", msg(seq))
+	}
+	got := bob.Take(nil)
+	if len(got) != 2+maxPending {
+		t.Fatalf("%d pushes, want %d (1, then 3..%d once the gap was given up)", len(got), 2+maxPending, 3+maxPending)
+	}
+}
