@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/parleychat/parley/internal/parleytest"
+	"github.com/parleychat/parley/internal/server"
 )
 
 func TestAnalyseNotices(t *testing.T) {
@@ -144,5 +147,130 @@ func TestBroadcastNaive(t *testing.T) {
 	}
 	if rep.Extra["push_latency_count"] != 200*19 {
 		t.Fatalf("push latency measured %v times, want 3800", rep.Extra["push_latency_count"])
+	}
+}
+
+// startReadFanoutNode runs a node in this process whose groups of more than 10 members are
+// in read fanout, so that the large-group scenarios run at a small scale.
+func startReadFanoutNode(t *testing.T) *parleytest.Server {
+	t.Helper()
+	return parleytest.Start(t, func(c *server.Config) {
+		c.Gateway.SendRate, c.Gateway.RequestRate, c.Gateway.FanoutRate = 0, 0, 0
+		c.Gateway.ConvChangeEvery, c.Gateway.ConvCreateEvery, c.Gateway.HistoryRate = 0, 0, 0
+		c.Chat.WriteFanoutMax = 10
+	})
+}
+
+func TestLargeGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds: notices come once a second")
+	}
+	srv := startReadFanoutNode(t)
+	cfg := DefaultConfig("largegroup")
+	// One sender: with two, the first server drops a group's first message when the second
+	// one reaches its hub first (hub.room.deliver starts at the first seq it sees), which
+	// the run reports as a seq_gap on every open connection.
+	cfg.Members, cfg.Online, cfg.Open, cfg.Senders, cfg.Rate, cfg.Duration, cfg.Procs = 50, 20, 5, 1, 20, 2*time.Second, 2
+	rep, err := runBench(t, srv, cfg, nil)
+	consistent(t, rep, err)
+	group := rep.Latency.Count // acks of group sends; the direct ones are apart
+	if d := rep.Extra["direct_ack_count"]; group == 0 || d < float64(group)-1 || d > float64(group)+1 {
+		t.Fatalf("group acks %d, direct acks %v: want as many (the sender sends into both at one rate)", group, d)
+	}
+	// Every open connection but the sender's gets each group message pushed; the peer gets
+	// each direct message as an event.
+	if want := float64(group * (5 - 1)); rep.Extra["push_latency_count"] != want {
+		t.Fatalf("pushes measured %v, want %v", rep.Extra["push_latency_count"], want)
+	}
+	notified := int64(20 - 5) // online without the group open
+	if rep.Counts["notice_expected"] != notified*group || rep.Counts["notice_missed"] != 0 {
+		t.Fatalf("notices expected %d (want %d), missed %d", rep.Counts["notice_expected"], notified*group, rep.Counts["notice_missed"])
+	}
+	if rep.Extra["notice_latency_count"] != float64(notified*group) || rep.Extra["notice_within_1500ms_fraction"] <= 0 {
+		t.Fatalf("notice figures %v", rep.Extra)
+	}
+	if rep.Extra["dropped"] != 0 || rep.Extra["notices_per_conn_per_sec_max"] > 1.5 {
+		t.Fatalf("dropped %v, notices per connection per second up to %v", rep.Extra["dropped"], rep.Extra["notices_per_conn_per_sec_max"])
+	}
+	for _, k := range []string{"group_over_direct_ack_p99", "setup_members_s", "send_ack_p99_ms"} {
+		if rep.Extra[k] <= 0 {
+			t.Errorf("%s not measured: %v", k, rep.Extra)
+		}
+	}
+}
+
+func TestReadstorm(t *testing.T) {
+	srv := startReadFanoutNode(t)
+	cfg := DefaultConfig("readstorm")
+	cfg.Members, cfg.Online, cfg.Duration = 50, 20, 3*time.Second // the storm, then the final count
+	rep, err := runBench(t, srv, cfg, nil)
+	if rep == nil {
+		t.Fatalf("run: %v", err)
+	}
+	if rep.Ops != 20 || len(rep.Errors) != 0 {
+		t.Fatalf("reads %d, errors %v; want 20, none", rep.Ops, rep.Errors)
+	}
+	if rep.Extra["store_commits"] <= 0 || rep.Extra["commits_per_read"] <= 0 {
+		t.Fatalf("figures %v: want the commits counted", rep.Extra)
+	}
+	if rep.Counts["receipts_pushes"] == 0 {
+		// Issue 9's contract (section 2) pushes read counts to the sender; the server on
+		// main does not yet, and the run reports the missing count as a violation.
+		t.Skipf("the server pushed no receipts (not built yet): %v", rep.ViolationSamples)
+	}
+	if err != nil || rep.Violations != 0 {
+		t.Fatalf("run: %v, violations %v", err, rep.ViolationSamples)
+	}
+	if rep.Extra["receipts_final_count"] != 20 || rep.Extra["receipts_final_ms"] <= 0 {
+		t.Fatalf("figures %v: want the final count (20) pushed", rep.Extra)
+	}
+}
+
+func TestBroadcast(t *testing.T) {
+	srv := startReadFanoutNode(t)
+	cfg := DefaultConfig("broadcast")
+	cfg.Members, cfg.Window, cfg.Messages, cfg.Duration = 30, 4, 100, 0
+	rep, err := runBench(t, srv, cfg, nil)
+	consistent(t, rep, err)
+	if rep.Acked != 100 || rep.Deliveries != 100*29 || rep.Echoes != 100 {
+		t.Fatalf("acked %d, deliveries %d, echoes %d; want 100, 2900, 100", rep.Acked, rep.Deliveries, rep.Echoes)
+	}
+}
+
+func TestValidateLargeGroups(t *testing.T) {
+	bad := []struct {
+		scenario string
+		f        func(*Config)
+	}{
+		{"largegroup", func(c *Config) { c.Senders = c.Open + 1 }},
+		{"largegroup", func(c *Config) { c.Open = c.Online + 1 }},
+		{"largegroup", func(c *Config) { c.Rate = 0 }},
+		{"largegroup", func(c *Config) { c.Online = c.Members }}, // 100,001 sockets in one process
+		{"readstorm", func(c *Config) { c.Online = c.Members }},
+		{"broadcast", func(c *Config) { c.Procs = 2 }},
+		{"broadcast", func(c *Config) { c.Rate = 10 }},
+		{"broadcast", func(c *Config) { c.Window = 0 }},
+		{"broadcast-naive", func(c *Config) { c.Server, c.AdminSecret = "http://x", "s" }},
+		{"largegroup", func(c *Config) { c.Baseline = true }},
+	}
+	for _, tc := range bad {
+		c := DefaultConfig(tc.scenario)
+		tc.f(&c)
+		if c.Validate() == nil {
+			t.Errorf("%s: accepted %+v", tc.scenario, c)
+		}
+	}
+	lg := DefaultConfig("largegroup")
+	lg.Online, lg.Procs = 30000, 2
+	if err := lg.Validate(); err != nil {
+		t.Errorf("30,000 connections over 2 processes refused: %v", err)
+	}
+	b := DefaultConfig("broadcast")
+	b.Baseline = true
+	if err := b.Validate(); err != nil {
+		t.Errorf("broadcast --baseline refused: %v", err)
+	}
+	if e := baselineConfig(b); e.Scenario != "broadcast-naive" || e.Members != b.Members || e.Window != b.Window {
+		t.Errorf("broadcast's baseline is %+v", e)
 	}
 }
