@@ -144,7 +144,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		fs.IntVar(&c.Online, "online", c.Online, "members connected over WebSocket (distinct members)")
 		fs.IntVar(&c.Open, "open", c.Open, "online members with the group open (the senders among them)")
 		fs.IntVar(&c.Senders, "senders", c.Senders, "members sending into the group")
-		fs.BoolVar(&c.CompareDirect, "compare-direct", c.CompareDirect, "the first sender also sends into a direct conversation, same connection and rate, to compare the ack latencies")
+		fs.BoolVar(&c.CompareDirect, "compare-direct", c.CompareDirect, "also send into a direct conversation of two other users at one sender's rate, to compare the ack latencies")
 	}
 	if in("readstorm") {
 		fs.IntVar(&c.Online, "online", c.Online, "members connected over WebSocket, all marking the message read at once")

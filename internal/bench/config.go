@@ -59,8 +59,8 @@ type Config struct {
 	Repeat   int           // read-storm: reads per member per round (the first advances, the rest repeat)
 	Rounds   int           // reconnect: offline/reconnect cycles
 	Window   int           // broadcast: messages sent and not yet received everywhere
-	// CompareDirect (largegroup) makes the first sender also send into a direct conversation,
-	// on the same connection at its group rate, so that the two ack latencies compare
+	// CompareDirect (largegroup) adds a direct conversation of two users outside the group, one
+	// of them sending at one group sender's rate on its schedule, so that the two ack latencies compare
 	// within one run.
 	CompareDirect bool
 

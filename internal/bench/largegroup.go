@@ -16,10 +16,10 @@ import (
 // read fanout, built through the API as a client would, and connections dealt to workers.
 //
 //   - largegroup: --online members connected, --open of them with the group open, --senders
-//     of those sending at --rate in all; the first sender also sends into a direct
-//     conversation at its group rate on the same connection (--compare-direct), so the ack
-//     latencies of a 100,000-member group and of a 2-member conversation compare within
-//     one run.
+//     of those sending at --rate in all; beside them (--compare-direct) a user outside the
+//     group sends into a direct conversation at one sender's rate, on the same schedule, so
+//     the ack latencies of a 100,000-member group and of a 2-member conversation compare
+//     within one run.
 //   - readstorm: a message in the group, then --online members mark it read at once on
 //     their WebSockets; storage commits per read and the time until the sender is pushed
 //     the final read count.
@@ -121,17 +121,15 @@ func (c *coord) setupLargeGroup(ctx context.Context) (*plan, error) {
 	cfg := c.cfg
 	members := c.memberIDs(cfg.Members)
 	online := accounts(members[:cfg.Online], "d1")
-	var peer []string
+	var pair []string // the direct conversation's sender and peer, not in the group
 	if cfg.CompareDirect {
-		peer = []string{c.id("peer", 0)}
+		pair = []string{c.id("dsend", 0), c.id("peer", 0)}
 	}
-	conv, st, err := c.buildGroup(ctx, members, online[0], peer...)
+	conv, st, err := c.buildGroup(ctx, members, online[0], pair...)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.CompareDirect {
-		online = append(online, Account{User: peer[0], Device: "d1"})
-	}
+	online = append(online, accounts(pair, "d1")...)
 	c.note("minting %d device tokens", len(online))
 	if err := c.issueTokens(ctx, online); err != nil {
 		return nil, err
@@ -139,7 +137,7 @@ func (c *coord) setupLargeGroup(ctx context.Context) (*plan, error) {
 	jobs := c.roomJobs(conv.ConvID)
 	var direct string
 	if cfg.CompareDirect {
-		d, err := c.as(online[0]).CreateDirect(ctx, peer[0])
+		d, err := c.as(online[cfg.Online]).CreateDirect(ctx, pair[1])
 		if err != nil {
 			return nil, fmt.Errorf("create direct conversation: %w", err)
 		}
@@ -150,13 +148,12 @@ func (c *coord) setupLargeGroup(ctx context.Context) (*plan, error) {
 		if i < cfg.Senders {
 			rc.Send, rc.Rate, rc.Quota = true, cfg.Rate/float64(cfg.Senders), quota(cfg.Messages, cfg.Senders, i)
 		}
-		if i == 0 {
-			rc.Direct = direct // the first sender alone: the conversation is its and the peer's
-		}
 		deal(jobs, i, rc)
 	}
 	if cfg.CompareDirect {
-		deal(jobs, 0, RoomConn{Account: online[cfg.Online], Peer: true, Direct: direct})
+		deal(jobs, 0, RoomConn{Account: online[cfg.Online], SendDirect: true, Direct: direct,
+			Rate: cfg.Rate / float64(cfg.Senders), Quota: quota(cfg.Messages, cfg.Senders, 0)})
+		deal(jobs, 1, RoomConn{Account: online[cfg.Online+1], Peer: true, Direct: direct})
 	}
 	p := &plan{jobs: jobs, opName: "group send -> ack"}
 	p.finish = func(r *Report) {

@@ -42,14 +42,15 @@ type RoomJob struct {
 // RoomConn is one connection of a room job and what it does.
 type RoomConn struct {
 	Account
-	Open     bool    `json:"open,omitempty"`     // opens the group: every message is pushed to it in full
-	Send     bool    `json:"send,omitempty"`     // sends into the group
-	Rate     float64 `json:"rate,omitempty"`     // sends/s into each (0: broadcast's windowed closed loop)
-	Quota    int64   `json:"quota,omitempty"`    // messages into the group; 0: until the duration ends
-	Direct   string  `json:"direct,omitempty"`   // largegroup: a direct conversation it also sends into at Rate (or, as Peer, receives)
-	Peer     bool    `json:"peer,omitempty"`     // largegroup: the other member of Direct, not in the group
-	Read     bool    `json:"read,omitempty"`     // readstorm: marks ReadSeq read at the start
-	Receipts bool    `json:"receipts,omitempty"` // readstorm: the sender, waiting for the final count
+	Open       bool    `json:"open,omitempty"`        // opens the group: every message is pushed to it in full
+	Send       bool    `json:"send,omitempty"`        // sends into the group
+	Rate       float64 `json:"rate,omitempty"`        // sends/s into each (0: broadcast's windowed closed loop)
+	Quota      int64   `json:"quota,omitempty"`       // messages into the group; 0: until the duration ends
+	Direct     string  `json:"direct,omitempty"`      // largegroup: a direct conversation of two users not in the group
+	SendDirect bool    `json:"send_direct,omitempty"` // largegroup: sends into Direct at Rate
+	Peer       bool    `json:"peer,omitempty"`        // largegroup: the other member of Direct
+	Read       bool    `json:"read,omitempty"`        // readstorm: marks ReadSeq read at the start
+	Receipts   bool    `json:"receipts,omitempty"`    // readstorm: the sender, waiting for the final count
 }
 
 // roomPath is where the bench connects: Parley's WebSocket, or the baseline's broadcast.
@@ -62,7 +63,7 @@ func (j *RoomJob) path() string {
 
 // noticeConn says whether c is a member that is online without the group open, which gets
 // notices instead of messages.
-func (c RoomConn) noticeConn() bool { return !c.Open && !c.Peer }
+func (c RoomConn) noticeConn() bool { return !c.Open && c.Direct == "" }
 
 // roomFrame is any frame a room connection reads: a reply (ID set) or a push (op message,
 // notice, receipts, event, changes, error). Every field of every kind is here: the kinds
@@ -452,11 +453,11 @@ func (l *roomLoad) run(ctx context.Context, at time.Time, stop <-chan struct{}) 
 			wg.Go(func() { l.windowed(lctx, c, at) })
 		case c.spec.Send:
 			wg.Go(func() { l.openLoop(lctx, c, l.job.Conv, c.spec.Quota, at, 0) })
-			if c.spec.Direct != "" {
-				// The same connection sends into the direct conversation on the same
-				// schedule, half an interval later: both latencies are measured at once.
-				wg.Go(func() { l.openLoop(lctx, c, c.spec.Direct, c.spec.Quota, at, 0.5) })
-			}
+		case c.spec.SendDirect:
+			// On the group senders' schedule, half an interval later, and on a connection
+			// of its own: replies come in frame order, so on the group sender's connection
+			// each latency would carry the other's.
+			wg.Go(func() { l.openLoop(lctx, c, c.spec.Direct, c.spec.Quota, at, 0.5) })
 		case c.spec.Read:
 			wg.Go(func() { l.read(ctx, c) })
 		case c.spec.Receipts:
