@@ -35,6 +35,16 @@ scenarios:
   mixed       --users acting at --rate actions/s: sends, reads, syncs, history, reconnects
   echo        the baseline: --senders WebSockets to a bare echo server (no Parley), each
               sending direct's frame of --size content bytes and waiting for it to return
+  largegroup  a read-fanout group of --members: --online connected, --open of them with it
+              open, --senders sending --rate msgs/s (and as many into a direct conversation,
+              --compare-direct); send acks, pushes to open members, notices to the others
+  readstorm   a read-fanout group: --online members mark one message read at once on their
+              WebSockets; storage commits per read, and when the sender is pushed the count
+              (read-storm above is the older small-group HTTP scenario)
+  broadcast   a read-fanout group of --members, all connected with it open, one sender kept
+              --window messages ahead of delivery; deliveries/s (--baseline: broadcast-naive)
+  broadcast-naive  broadcast's baseline: the same connections and sender against a bare
+              server that copies every frame to every WebSocket (no Parley)
 
 Without --server the bench starts its own 'parley serve' (rate limits off) in a temporary
 directory and stops it at the end. Every run verifies deliveries, cursors and read positions;
@@ -44,7 +54,8 @@ the scenario's defaults.
 --runs N runs the scenario N times back to back (each on a fresh server unless --server is
 given) and reports median, min and max of every headline figure; --json then holds the
 medians at the top level and each run under "runs". --baseline (direct, group) also runs
-echo with the same senders, size, procs, duration and runs, and reports the ratio.
+echo with the same senders, size, procs, duration and runs, and reports the ratio;
+broadcast's --baseline runs broadcast-naive and reports the ratio of deliveries/s.
 `
 
 // benchCmd is `parley bench <scenario> [flags]`.
@@ -113,7 +124,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	// Each scenario gets the flags it uses, with its own defaults.
 	in := func(scenarios ...string) bool { return slices.Contains(scenarios, scenario) }
 	serverArgs := new(string)
-	if !in("echo") {
+	if !in("echo", "broadcast-naive") {
 		fs.StringVar(&c.Server, "server", "", "base URL of a running server (default: start one)")
 		fs.StringVar(&c.AdminSecret, "admin-secret", "", "admin secret of --server")
 		fs.StringVar(serverArgs, "server-args", "", "extra flags for the server the bench starts, space-separated (e.g. \"--relaxed-durability\")")
@@ -122,6 +133,24 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	fs.IntVar(&c.Runs, "runs", c.Runs, "run the scenario N times back to back (a fresh server each time unless --server) and report medians")
 	if in("direct", "group") {
 		fs.BoolVar(&c.Baseline, "baseline", false, "also run echo (bare WebSocket) with the same senders, size, procs, duration and runs, and report the ratio")
+	}
+	if in("broadcast") {
+		fs.BoolVar(&c.Baseline, "baseline", false, "also run broadcast-naive (a bare broadcast server) with the same connections, window, size, duration and runs, and report the ratio of deliveries/s")
+	}
+	if in("largegroup", "readstorm", "broadcast", "broadcast-naive") {
+		fs.IntVar(&c.Members, "members", c.Members, "group size (members beyond --write-fanout-max put it in read fanout)")
+	}
+	if in("largegroup") {
+		fs.IntVar(&c.Online, "online", c.Online, "members connected over WebSocket (distinct members)")
+		fs.IntVar(&c.Open, "open", c.Open, "online members with the group open (the senders among them)")
+		fs.IntVar(&c.Senders, "senders", c.Senders, "members sending into the group")
+		fs.BoolVar(&c.CompareDirect, "compare-direct", c.CompareDirect, "also send into a direct conversation of two other users at one sender's rate, to compare the ack latencies")
+	}
+	if in("readstorm") {
+		fs.IntVar(&c.Online, "online", c.Online, "members connected over WebSocket, all marking the message read at once")
+	}
+	if in("broadcast", "broadcast-naive") {
+		fs.IntVar(&c.Window, "window", c.Window, "messages sent and not yet received by every connection")
 	}
 	if in("direct") {
 		fs.IntVar(&c.Pairs, "pairs", c.Pairs, "sender/receiver pairs, each in a direct conversation")
@@ -148,8 +177,11 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		fs.IntVar(&c.Conns, "conns", c.Conns, "WebSocket connections to open and hold")
 		fs.DurationVar(&c.Heartbeat, "heartbeat", c.Heartbeat, "client ping interval")
 	}
-	if in("direct", "group", "mixed", "echo") {
+	if in("direct", "group", "mixed", "echo", "largegroup") {
 		usage := "total sends/s in open loop (0: closed loop, each sender waits for its ack)"
+		if in("largegroup") {
+			usage = "sends/s into the group, all senders together (and as many into the direct conversation)"
+		}
 		if in("mixed") {
 			usage = "actions/s of all users together"
 		}
@@ -166,7 +198,9 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		case "read-storm":
 			usage = "rounds (one message, then every member reads it), then stop; 0: run for --duration"
 		}
-		fs.Int64Var(&c.Messages, "messages", c.Messages, usage)
+		if !in("readstorm") {
+			fs.Int64Var(&c.Messages, "messages", c.Messages, usage)
+		}
 		fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long receivers may take to catch up after the load")
 	}
 	if !in("reconnect") {
@@ -174,9 +208,12 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		if in("idle") {
 			usage = "how long the connections are held once open"
 		}
+		if in("readstorm") {
+			usage = "how long the storm may take, until the sender is pushed the final count"
+		}
 		fs.DurationVar(&c.Duration, "duration", c.Duration, usage)
 	}
-	if in("direct", "group", "read-storm", "mixed", "echo") {
+	if in("direct", "group", "read-storm", "mixed", "echo", "largegroup", "readstorm", "broadcast", "broadcast-naive") {
 		fs.IntVar(&c.Size, "size", c.Size, "content bytes per message")
 	}
 	fs.StringVar(&c.JSONPath, "json", "", "write every figure to this JSON file")

@@ -12,7 +12,21 @@ import (
 
 // Scenarios, in the order the usage lists them. echo is not Parley: it is the bare
 // WebSocket transport of this machine, the baseline the others are compared with.
-var Scenarios = []string{"direct", "group", "read-storm", "reconnect", "idle", "mixed", "echo"}
+//
+// largegroup, readstorm and broadcast measure read-fanout groups (issue 9); broadcast-naive
+// is broadcast's baseline, as echo is direct's: a bare server that copies every frame it
+// reads to every connection.
+var Scenarios = []string{"direct", "group", "read-storm", "reconnect", "idle", "mixed", "echo",
+	"largegroup", "readstorm", "broadcast", "broadcast-naive"}
+
+// roomScenario reports whether scenario is one of the large-group ones (room.go).
+func roomScenario(scenario string) bool {
+	switch scenario {
+	case "largegroup", "readstorm", "broadcast", "broadcast-naive":
+		return true
+	}
+	return false
+}
 
 // fdBudget is how many WebSockets one process opens at most in the idle scenario: the
 // machines this runs on allow 20,000 open files per process, and a process needs a few
@@ -30,9 +44,10 @@ type Config struct {
 	Procs       int      // load processes: 1 runs the load in this process, N > 1 re-executes N workers
 
 	Pairs    int           // direct: sender/receiver pairs
-	Members  int           // group, read-storm: group size
-	Online   int           // group, read-storm: members connected over WebSocket
-	Senders  int           // group: members sending; echo: connections sending
+	Members  int           // group, read-storm, largegroup, readstorm, broadcast: group size
+	Online   int           // group, read-storm, largegroup: members connected over WebSocket; readstorm: members reading at once
+	Open     int           // largegroup: online members with the group open (the senders among them)
+	Senders  int           // group, largegroup: members sending; echo: connections sending
 	Users    int           // mixed: users (in clusters of 10 with a group and direct pairs)
 	Devices  int           // reconnect: devices of the one user
 	Convs    int           // reconnect: conversations the messages arrive in
@@ -43,6 +58,11 @@ type Config struct {
 	Size     int           // content bytes per message
 	Repeat   int           // read-storm: reads per member per round (the first advances, the rest repeat)
 	Rounds   int           // reconnect: offline/reconnect cycles
+	Window   int           // broadcast: messages sent and not yet received everywhere
+	// CompareDirect (largegroup) adds a direct conversation of two users outside the group, one
+	// of them sending at one group sender's rate on its schedule, so that the two ack latencies compare
+	// within one run.
+	CompareDirect bool
 
 	Heartbeat    time.Duration // idle: client ping interval
 	DrainTimeout time.Duration // how long receivers may take to catch up after the load
@@ -50,7 +70,7 @@ type Config struct {
 	// Runs is how many times the scenario runs back to back (each against a fresh server
 	// when the bench starts its own); the figures reported are the medians over the runs.
 	Runs int
-	// Baseline (direct, group) also runs echo with the same senders, size, procs, duration,
+	// Baseline (direct, group) also runs echo (broadcast: broadcast-naive) with the same senders, size, procs, duration,
 	// messages, rate and runs, interleaved with the scenario's runs, and reports the ratios.
 	Baseline bool
 
@@ -82,6 +102,13 @@ func DefaultConfig(scenario string) Config {
 		c.Users, c.Rate, c.Duration = 100, 200, 60*time.Second
 	case "echo":
 		c.Senders = 100 // as direct's pairs
+	case "largegroup":
+		c.Members, c.Online, c.Open, c.Senders, c.Rate, c.CompareDirect = 100000, 15000, 1000, 1, 20, true
+		c.Duration = 30 * time.Second
+	case "readstorm":
+		c.Members, c.Online, c.Duration = 100000, 10000, time.Minute // Duration bounds the storm
+	case "broadcast", "broadcast-naive":
+		c.Members, c.Window = 10000, 16
 	}
 	return c
 }
@@ -98,7 +125,7 @@ func (c Config) Validate() error {
 	check(c.Server == "" || c.AdminSecret != "", "--admin-secret is required with --server")
 	check(c.Procs >= 1, "--procs must be at least 1")
 	check(c.Runs >= 1, "--runs must be at least 1")
-	check(!c.Baseline || c.Scenario == "direct" || c.Scenario == "group", "--baseline is for direct and group")
+	check(!c.Baseline || c.Scenario == "direct" || c.Scenario == "group" || c.Scenario == "broadcast", "--baseline is for direct, group and broadcast")
 	check(c.Messages >= 0 && c.Duration >= 0 && c.Rate >= 0 && c.Size >= 0, "sizes must not be negative")
 	check(c.Messages > 0 || c.Duration > 0 || c.Scenario == "reconnect", "give --duration or --messages")
 	switch c.Scenario {
@@ -124,8 +151,30 @@ func (c Config) Validate() error {
 	case "echo":
 		check(c.Senders >= 1, "--senders must be at least 1")
 		check(c.Server == "", "echo starts its own echo server; --server does not apply")
+	case "largegroup":
+		check(c.Members >= 2, "--members must be at least 2")
+		check(c.Senders >= 1 && c.Senders <= c.Open, "--senders must be 1..open (senders have the group open)")
+		check(c.Open <= c.Online && c.Online <= c.Members, "need open <= online <= members")
+		check(c.Rate > 0, "--rate must be positive: largegroup is an open loop")
+		c.checkSockets(check, c.Online+1)
+	case "readstorm":
+		check(c.Members >= 2, "--members must be at least 2")
+		check(c.Online >= 1 && c.Online < c.Members, "--online (the readers) must be 1..members-1 (the sender does not read)")
+		c.checkSockets(check, c.Online+1)
+	case "broadcast", "broadcast-naive":
+		check(c.Members >= 2, "--members must be at least 2")
+		check(c.Window >= 1, "--window must be at least 1")
+		check(c.Procs == 1, "broadcast paces its sender by what every connection received, which one process sees: --procs 1 (%d connections fit in one)", fdBudget)
+		check(c.Rate == 0, "broadcast is a closed loop paced by deliveries; --rate does not apply")
+		c.checkSockets(check, c.Members)
+		check(c.Scenario == "broadcast" || c.Server == "", "broadcast-naive starts its own server; --server does not apply")
 	}
 	return errors.Join(errs...)
+}
+
+// checkSockets checks that n WebSockets fit the processes: one opens at most fdBudget.
+func (c Config) checkSockets(check func(bool, string, ...any), n int) {
+	check(n <= fdBudget*c.Procs, "%d connections need --procs %d or more: one process opens at most %d", n, (n+fdBudget-1)/fdBudget, fdBudget)
 }
 
 // Hooks let tests reach into a run in this process. Worker processes have none.

@@ -35,8 +35,13 @@ import (
 // echoPath is where the echo server accepts WebSockets.
 const echoPath = "/echo"
 
+// broadcastPath is where the same server accepts the WebSockets of broadcast's baseline
+// (broadcast-naive): every frame read on one of them is written to all of them.
+const broadcastPath = "/broadcast"
+
 // EchoServer runs the echo scenario's server on addr (127.0.0.1:0 if empty) until ctx
-// ends: WebSockets on /echo send back every message as it came, /healthz answers 200 and
+// ends: WebSockets on /echo send back every message as it came, those on /broadcast send
+// every message to every /broadcast connection (the naive broadcast), /healthz answers 200 and
 // /metrics gives the process's CPU and memory as `parley serve` does. It prints "listening
 // on http://ADDR" on stdout once it accepts connections.
 func EchoServer(ctx context.Context, addr string, stdout io.Writer) error {
@@ -95,6 +100,7 @@ func EchoServer(ctx context.Context, addr string, stdout io.Writer) error {
 			}
 		}
 	})
+	mux.Handle(broadcastPath, newNaiveBroadcast(ctx, &up, &mu, conns, &served))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -335,6 +341,94 @@ func (l *echoLoad) drain(context.Context, map[string]int64, time.Duration) {
 		if ws != nil {
 			_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 			ws.Close()
+		}
+	}
+}
+
+// naiveBroadcast is the baseline of the broadcast scenario: what a chat server without
+// storage, authentication, queues or coalescing does with a message for a room where every
+// member is listening. Each frame read is made a websocket.PreparedMessage (framed once, as
+// Parley encodes a push once) and written to every connection in turn, by the goroutine that
+// read it, before it reads the next one.
+type naiveBroadcast struct {
+	ctx    context.Context
+	up     *websocket.Upgrader
+	mu     *sync.Mutex // the echo server's: guards all and shutdown's set
+	all    map[*websocket.Conn]struct{}
+	served *sync.WaitGroup
+
+	room atomic.Pointer[[]*roomMember] // copied on every join and leave, read without a lock
+	join sync.Mutex                    // serialises the copies
+}
+
+// roomMember is one connection of the naive broadcast.
+type roomMember struct {
+	ws *websocket.Conn
+	mu sync.Mutex // one writer at a time: every sender's goroutine writes to it
+}
+
+func newNaiveBroadcast(ctx context.Context, up *websocket.Upgrader, mu *sync.Mutex, all map[*websocket.Conn]struct{}, served *sync.WaitGroup) *naiveBroadcast {
+	b := &naiveBroadcast{ctx: ctx, up: up, mu: mu, all: all, served: served}
+	b.room.Store(&[]*roomMember{})
+	return b
+}
+
+// change adds m to the room, or removes it.
+func (b *naiveBroadcast) change(m *roomMember, add bool) {
+	b.join.Lock()
+	defer b.join.Unlock()
+	old := *b.room.Load()
+	next := make([]*roomMember, 0, len(old)+1)
+	for _, x := range old {
+		if x != m {
+			next = append(next, x)
+		}
+	}
+	if add {
+		next = append(next, m)
+	}
+	b.room.Store(&next)
+}
+
+func (b *naiveBroadcast) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ws, err := b.up.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	b.mu.Lock()
+	if b.ctx.Err() != nil {
+		b.mu.Unlock()
+		ws.Close()
+		return
+	}
+	b.all[ws] = struct{}{}
+	b.served.Add(1)
+	b.mu.Unlock()
+	m := &roomMember{ws: ws}
+	b.change(m, true)
+	defer func() {
+		b.change(m, false)
+		b.mu.Lock()
+		delete(b.all, ws)
+		b.mu.Unlock()
+		ws.Close()
+		b.served.Done()
+	}()
+	ws.SetReadLimit(protocol.MaxFrameBytes)
+	for {
+		mt, p, err := ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		pm, err := websocket.NewPreparedMessage(mt, p)
+		if err != nil {
+			return
+		}
+		for _, x := range *b.room.Load() {
+			x.mu.Lock()
+			_ = x.ws.SetWriteDeadline(time.Now().Add(time.Minute))
+			_ = x.ws.WritePreparedMessage(pm) // a failed socket ends its own reader
+			x.mu.Unlock()
 		}
 	}
 }

@@ -46,11 +46,19 @@ const maxInFlight = 512
 // outstanding; latency counts from the scheduled time.
 func (l *messaging) openLoop(ctx context.Context, d *device, s SenderSpec, at time.Time) {
 	interval := time.Duration(float64(time.Second) / s.Rate)
-	next := at.Add(time.Duration(rand.Int64N(int64(max(interval, 1))))) // spread senders out
+	first := at.Add(time.Duration(rand.Int64N(int64(max(interval, 1))))) // spread senders out
+	paced(ctx, interval, first, s.Quota, func(intended time.Time) { l.w.send(ctx, d, s.Conv, intended, true) })
+}
+
+// paced calls send every interval from first on, a fixed schedule whatever the calls take,
+// each in a goroutine of its own with at most maxInFlight running, quota times (0: until
+// ctx ends; < 0: none). It returns once every call has returned.
+func paced(ctx context.Context, interval time.Duration, first time.Time, quota int64, send func(intended time.Time)) {
 	sem := make(chan struct{}, maxInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for n := int64(0); s.Quota == 0 || n < s.Quota; n++ {
+	next := first
+	for n := int64(0); quota == 0 || n < quota; n++ {
 		if !sleepUntil(ctx, next) {
 			return
 		}
@@ -62,7 +70,7 @@ func (l *messaging) openLoop(ctx context.Context, d *device, s SenderSpec, at ti
 		intended := next
 		wg.Go(func() {
 			defer func() { <-sem }()
-			l.w.send(ctx, d, s.Conv, intended, true)
+			send(intended)
 		})
 		next = next.Add(interval)
 	}

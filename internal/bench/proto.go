@@ -74,6 +74,8 @@ type Job struct {
 	Conns     []Account     `json:"conns,omitempty"` // idle
 	Heartbeat time.Duration `json:"heartbeat,omitempty"`
 
+	Room *RoomJob `json:"room,omitempty"` // largegroup, readstorm, broadcast, broadcast-naive
+
 	DrainTimeout time.Duration `json:"drain_timeout"`
 }
 
@@ -106,8 +108,12 @@ type wire struct {
 	Hold     time.Duration          `json:"hold,omitempty"`
 	Progress *progress              `json:"progress,omitempty"`
 	Acks     map[string]*AckSummary `json:"acks,omitempty"`
-	Result   *Result                `json:"result,omitempty"`
-	Error    string                 `json:"error,omitempty"`
+	// Times (sent and drain) are the send times of the acked messages, per conversation:
+	// the senders' workers report theirs, and the coordinator hands all of them to every
+	// worker, whose connections measure notices against them (a notice carries no body).
+	Times  map[string][]SentAt `json:"times,omitempty"`
+	Result *Result             `json:"result,omitempty"`
+	Error  string              `json:"error,omitempty"`
 }
 
 // lineWriter writes wire messages, one per line, from any goroutine.

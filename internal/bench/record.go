@@ -66,6 +66,8 @@ type recorder struct {
 	dlat   *hdrhistogram.Histogram
 	errors map[string]int64
 	counts map[string]int64 // scenario-specific counters
+	named  map[string]*hdrhistogram.Histogram
+	maxes  map[string]int64
 	slots  []*slot
 }
 
@@ -79,6 +81,7 @@ func newRecorder(interval time.Duration) *recorder {
 		interval: max(interval, time.Second),
 		lat:      newHist(3), dlat: newHist(3),
 		errors: map[string]int64{}, counts: map[string]int64{},
+		named: map[string]*hdrhistogram.Histogram{}, maxes: map[string]int64{},
 	}
 }
 
@@ -158,6 +161,31 @@ func (r *recorder) count(name string, n int64) {
 	r.mu.Unlock()
 }
 
+// latency records d in the scenario-specific latency distribution name (in µs, as op's).
+func (r *recorder) latency(name string, d time.Duration) { r.value(name, micros(d)) }
+
+// value records v (at least 1, at most histMax) in the scenario-specific distribution name.
+func (r *recorder) value(name string, v int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.named[name]
+	if h == nil {
+		h = newHist(3)
+		r.named[name] = h
+	}
+	_ = h.RecordValue(min(max(v, histMin), histMax))
+}
+
+// raise raises the scenario-specific figure name to v; workers' figures merge by their maximum
+// (the last read's time, the busiest connection's rate).
+func (r *recorder) raise(name string, v int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.maxes[name]; !ok || v > old {
+		r.maxes[name] = v
+	}
+}
+
 // retry records a send the SDK is repeating (client.Options.OnRetry).
 func (r *recorder) retry(err error, _ time.Duration) {
 	r.retries.Add(1)
@@ -229,6 +257,10 @@ type measures struct {
 	Latency    []byte           `json:"latency,omitempty"`
 	DLatency   []byte           `json:"delivery_latency,omitempty"`
 	Slots      []slotOut        `json:"slots,omitempty"`
+	// Named are scenario-specific distributions (encoded like Latency); Maxes
+	// scenario-specific figures that merge by their maximum.
+	Named map[string][]byte `json:"named,omitempty"`
+	Maxes map[string]int64  `json:"maxes,omitempty"`
 }
 
 func (r *recorder) export() measures {
@@ -239,6 +271,13 @@ func (r *recorder) export() measures {
 		Retries: r.retries.Load(), Retried429: r.retried429.Load(),
 		Errors: maps.Clone(r.errors), Counts: maps.Clone(r.counts),
 		Latency: encodeHist(r.lat), DLatency: encodeHist(r.dlat),
+		Maxes: maps.Clone(r.maxes),
+	}
+	if len(r.named) > 0 {
+		m.Named = make(map[string][]byte, len(r.named))
+		for k, h := range r.named {
+			m.Named[k] = encodeHist(h)
+		}
 	}
 	for i, s := range r.slots {
 		m.Slots = append(m.Slots, slotOut{Index: i, Ops: s.ops, Acked: s.acked, Delivered: s.delivered, Lat: encodeHist(s.lat), DLat: encodeHist(s.dlat)})

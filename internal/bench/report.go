@@ -83,6 +83,8 @@ type Report struct {
 	Baseline *Baseline `json:"baseline,omitempty"`
 
 	lat, dlat *hdrhistogram.Histogram
+	named     map[string]*hdrhistogram.Histogram // the workers' Named, merged
+	maxes     map[string]int64                   // the workers' Maxes, merged
 	slots     map[int]*mergedSlot
 	interval  time.Duration
 }
@@ -133,6 +135,9 @@ type configOut struct {
 	Rate     float64 `json:"rate,omitempty"`
 	Size     int     `json:"size"`
 	Repeat   int     `json:"repeat,omitempty"`
+	Open     int     `json:"open,omitempty"`
+	Window   int     `json:"window,omitempty"`
+	Direct   bool    `json:"compare_direct,omitempty"`
 	Rounds   int     `json:"rounds,omitempty"`
 	Runs     int     `json:"runs,omitempty"`
 }
@@ -158,6 +163,12 @@ func (c *coord) configOut() configOut {
 		o.Users = cfg.Users
 	case "echo":
 		o.Senders = cfg.Senders
+	case "largegroup":
+		o.Members, o.Online, o.Open, o.Senders, o.Direct = cfg.Members, cfg.Online, cfg.Open, cfg.Senders, cfg.CompareDirect
+	case "readstorm":
+		o.Members, o.Online = cfg.Members, cfg.Online
+	case "broadcast", "broadcast-naive":
+		o.Members, o.Window = cfg.Members, cfg.Window
 	}
 	o.Runs = cfg.Runs
 	return o
@@ -179,6 +190,23 @@ func (r *Report) addResult(res *Result) {
 	}
 	mergeHist(r.lat, res.Latency)
 	mergeHist(r.dlat, res.DLatency)
+	for k, b := range res.Named {
+		if r.named == nil {
+			r.named = map[string]*hdrhistogram.Histogram{}
+		}
+		if r.named[k] == nil {
+			r.named[k] = newHist(3)
+		}
+		mergeHist(r.named[k], b)
+	}
+	for k, v := range res.Maxes {
+		if r.maxes == nil {
+			r.maxes = map[string]int64{}
+		}
+		if old, ok := r.maxes[k]; !ok || v > old {
+			r.maxes[k] = v
+		}
+	}
 	if r.slots == nil {
 		r.slots = map[int]*mergedSlot{}
 	}

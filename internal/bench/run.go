@@ -87,7 +87,7 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	c.v.OnViolation = func(v Violation) { c.note("VIOLATION %s", v) }
 	c.base, c.secret = cfg.Server, cfg.AdminSecret
 	switch {
-	case cfg.Scenario == "echo":
+	case cfg.Scenario == "echo" || cfg.Scenario == "broadcast-naive":
 		srv, err := startEcho(ctx, opts.EchoArgv, opts.EchoEnv, c.stderr)
 		if err != nil {
 			return nil, err
@@ -99,6 +99,11 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 		extra := append([]string{}, cfg.ServerArgs...)
 		if cfg.Members > 500 {
 			extra = append(extra, "--max-group-members", fmt.Sprint(cfg.Members))
+		}
+		if roomScenario(cfg.Scenario) && cfg.Members <= 500 {
+			// A group this small stays in write fanout by default; these scenarios
+			// measure read fanout, so the server switches it.
+			extra = append(extra, "--write-fanout-max", fmt.Sprint(cfg.Members/2))
 		}
 		if cfg.Scenario == "idle" && cfg.Conns > fdBudget {
 			c.note("warning: the server started here may open about %d files; %d connections may not fit", fdBudget, cfg.Conns)
@@ -160,6 +165,14 @@ func (c *coord) setup(ctx context.Context) (*plan, error) {
 		return c.setupIdle(ctx)
 	case "echo":
 		return c.setupEcho(ctx)
+	case "largegroup":
+		return c.setupLargeGroup(ctx)
+	case "readstorm":
+		return c.setupReadstorm(ctx)
+	case "broadcast":
+		return c.setupBroadcast(ctx)
+	case "broadcast-naive":
+		return c.setupNaiveBroadcast(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", c.cfg.Scenario)
 }
@@ -418,8 +431,14 @@ func (c *coord) drive(ctx context.Context, p *plan) (*Report, error) {
 	coordCPU := cpuSince(cpu0)
 	c.sampler.take(context.WithoutCancel(ctx))
 	var parts []map[string]*AckSummary
+	var times []map[string][]SentAt
 	for _, m := range sent {
 		parts = append(parts, m.Acks)
+		times = append(times, m.Times)
+	}
+	allTimes := mergeTimes(times...)
+	if len(allTimes) == 0 {
+		allTimes = nil
 	}
 	acks := MergeAcks(parts...)
 	targets := map[string]int64{}
@@ -435,7 +454,7 @@ func (c *coord) drive(ctx context.Context, p *plan) (*Report, error) {
 		c.note("load done; waiting for receivers to catch up")
 	}
 	for _, h := range hs {
-		if err := h.lw.send(wire{Op: opDrain, Targets: targets, Hold: p.hold}); err != nil {
+		if err := h.lw.send(wire{Op: opDrain, Targets: targets, Hold: p.hold, Times: allTimes}); err != nil {
 			return nil, err
 		}
 	}
@@ -504,6 +523,12 @@ func (c *coord) describe() string {
 		return fmt.Sprintf("%d users, %g actions/s, %s, %d procs", cfg.Users, cfg.Rate, limit, cfg.Procs)
 	case "echo":
 		return fmt.Sprintf("%d senders, %s, %s, %d procs", cfg.Senders, loop, limit, cfg.Procs)
+	case "largegroup":
+		return fmt.Sprintf("group of %d, %d online, %d open, %d senders, %s, %s, %d procs", cfg.Members, cfg.Online, cfg.Open, cfg.Senders, loop, limit, cfg.Procs)
+	case "readstorm":
+		return fmt.Sprintf("group of %d, %d reading at once, %d procs", cfg.Members, cfg.Online, cfg.Procs)
+	case "broadcast", "broadcast-naive":
+		return fmt.Sprintf("%d connections, all open, 1 sender, window %d, %s, %d procs", cfg.Members, cfg.Window, limit, cfg.Procs)
 	}
 	return cfg.Scenario
 }

@@ -44,7 +44,8 @@ func spreadOf(xs []float64) Spread {
 // one) and Parley's figures over echo's.
 type Baseline struct {
 	*Report
-	// Ratio is Parley's acked_per_sec over echo's (round trips/s), medians over the runs.
+	// Ratio is Parley's acked_per_sec over echo's (round trips/s), medians over the runs;
+	// for broadcast, its deliveries_per_sec over the naive broadcast's.
 	Ratio float64 `json:"ratio"`
 	// LatencyP99Ratio is Parley's p99 send -> ack latency over echo's p99 round trip.
 	LatencyP99Ratio float64 `json:"latency_p99_ratio"`
@@ -53,6 +54,14 @@ type Baseline struct {
 // baselineConfig is the echo run that goes with cfg: as many senders, the same frame
 // content size, processes, duration, messages, rate and runs.
 func baselineConfig(cfg Config) Config {
+	if cfg.Scenario == "broadcast" {
+		// The same connections, window, content size, duration and messages, against the
+		// naive broadcast server.
+		e := DefaultConfig("broadcast-naive")
+		e.Members, e.Window, e.Size, e.Procs, e.Duration, e.Messages, e.Runs = cfg.Members, cfg.Window, cfg.Size, cfg.Procs, cfg.Duration, cfg.Messages, cfg.Runs
+		e.DrainTimeout = cfg.DrainTimeout
+		return e
+	}
 	e := DefaultConfig("echo")
 	e.Senders = cfg.Pairs
 	if cfg.Scenario == "group" {
@@ -118,7 +127,10 @@ func runSeries(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	if len(echoes) > 0 {
 		eagg := aggregate(echoes)
 		agg.Baseline = &Baseline{Report: eagg}
-		if eagg.AckedPerSec > 0 {
+		switch {
+		case cfg.Scenario == "broadcast" && eagg.DeliveriesPerSec > 0:
+			agg.Baseline.Ratio = agg.DeliveriesPerSec / eagg.DeliveriesPerSec
+		case cfg.Scenario != "broadcast" && eagg.AckedPerSec > 0:
 			agg.Baseline.Ratio = agg.AckedPerSec / eagg.AckedPerSec
 		}
 		if eagg.Latency.P99 > 0 {
@@ -421,6 +433,17 @@ func writeBaseline(w io.Writer, a *Report) {
 	runs := "1 run each"
 	if len(a.Runs) > 1 {
 		runs = fmt.Sprintf("medians of %d runs each", len(a.Runs))
+	}
+	if a.Scenario == "broadcast" {
+		fmt.Fprintf(tw, "baseline\tbroadcast-naive: every frame copied to every WebSocket by a bare server on this machine; %d connections, window %d, %d procs; %s\n",
+			b.Config.Members, b.Config.Window, b.Config.Procs, runs)
+		fmt.Fprintf(tw, "throughput\tbroadcast %.0f deliveries/s (%.0f msgs/s), naive %.0f deliveries/s (%.0f msgs/s): ratio broadcast/naive %.3f\n",
+			a.DeliveriesPerSec, a.AckedPerSec, b.DeliveriesPerSec, b.AckedPerSec, b.Ratio)
+		fmt.Fprintf(tw, "push p99 ms\tbroadcast %s, naive %s\n", fmtMS(a.Extra["push_latency_p99_ms"]), fmtMS(b.Extra["push_latency_p99_ms"]))
+		fmt.Fprintf(tw, "cpu µs/delivery\tbroadcast: server %s, generator %s; naive: server %s, generator %s\n",
+			fmtUs(a.ServerCPUUsPerDelivery), fmtUs(a.ClientCPUUsPerDelivery), fmtUs(b.ServerCPUUsPerDelivery), fmtUs(b.ClientCPUUsPerDelivery))
+		tw.Flush()
+		return
 	}
 	fmt.Fprintf(tw, "baseline\techo: bare WebSocket round trips on this machine; %d senders, %.0f-byte frames, %d procs; %s\n",
 		b.Config.Senders, b.Extra["frame_bytes"], b.Config.Procs, runs)

@@ -34,6 +34,9 @@ const (
 	VReset         = "reset"          // the server refused a live cursor (409/410) mid-run
 	VBadPage       = "bad_page"       // a sync or history page is out of order or has a hole
 	VDropped       = "dropped"        // a connection was closed by the server while in use
+	VUnexpected    = "unexpected"     // a push the connection must not get (a body without open, a notice with it)
+	VNoticeRate    = "notice_rate"    // more than one notice (or receipts push) per conversation per second
+	VNotice        = "notice"         // a notice or receipts push whose figures are wrong
 )
 
 // maxSamples bounds the violations kept in full; all are counted.
@@ -264,6 +267,21 @@ func (s *Stream) messageLocked(ev client.SyncEvent) (client.Message, bool) {
 		s.v.Reportf(VMismatch, s.device, ev.ConvID, "undecodable message event at cursor %d: %v", ev.Cursor, err)
 		return client.Message{}, false
 	}
+	return s.acceptLocked(m)
+}
+
+// Push checks a message pushed in full outside the event log (a read-fanout conversation
+// the connection has open): no cursor, but the same rules per conversation as events, once
+// each, in seq order, with no gap. It returns the message and true when it is new in a
+// watched conversation.
+func (s *Stream) Push(m client.Message) (client.Message, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acceptLocked(m)
+}
+
+// acceptLocked checks message m of a watched conversation against the seqs seen so far.
+func (s *Stream) acceptLocked(m client.Message) (client.Message, bool) {
 	r := s.convs[m.ConvID]
 	if r == nil {
 		return client.Message{}, false

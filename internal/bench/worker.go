@@ -37,7 +37,15 @@ type worker struct {
 	ledger *Ledger
 	pos    *Positions
 	devs   []*device
+	times  map[string][]SentAt // the send times of every worker's acked messages, from the drain
 }
+
+// recvReporter is a workload whose receivers are not devices (w.devs): it reports what they
+// received itself.
+type recvReporter interface{ recvSummaries() []RecvSummary }
+
+// timesReporter is a workload whose acked messages' send times other workers need.
+type timesReporter interface{ sentTimes() map[string][]SentAt }
 
 // Work runs one worker: it reads its job and the coordinator's commands from in and writes
 // its answers to out, one JSON object a line (see proto.go). hooks may be nil.
@@ -110,7 +118,11 @@ func work(ctx context.Context, msgs <-chan wire, lw *lineWriter, hooks *Hooks) e
 	cpu0, _ := cpuNow()
 	load.run(ctx, at, stop)
 	cpu1, maxRSS := cpuNow()
-	if err := lw.send(wire{Op: opSent, Acks: w.ledger.Summaries()}); err != nil {
+	sent := wire{Op: opSent, Acks: w.ledger.Summaries()}
+	if t, ok := load.(timesReporter); ok {
+		sent.Times = t.sentTimes()
+	}
+	if err := lw.send(sent); err != nil {
 		load.drain(ctx, nil, 0)
 		return err
 	}
@@ -119,6 +131,7 @@ func work(ctx context.Context, msgs <-chan wire, lw *lineWriter, hooks *Hooks) e
 		load.drain(ctx, nil, 0)
 		return errors.New("bench worker: expected drain")
 	}
+	w.times = m.Times
 	load.drain(ctx, m.Targets, m.Hold)
 
 	res := &Result{measures: w.rec.export(), CPUSeconds: (cpu1 - cpu0).Seconds(), MaxRSS: maxRSS}
@@ -126,6 +139,9 @@ func work(ctx context.Context, msgs <-chan wire, lw *lineWriter, hooks *Hooks) e
 		if d.spec.Online {
 			res.Recvs = append(res.Recvs, d.stream.Summaries()...)
 		}
+	}
+	if r, ok := load.(recvReporter); ok {
+		res.Recvs = append(res.Recvs, r.recvSummaries()...)
 	}
 	res.Violations, res.ByKind, res.Samples = w.v.Summary()
 	return lw.send(wire{Op: opResult, Result: res})
@@ -160,6 +176,11 @@ func (w *worker) workload() (workload, error) {
 		return newIdle(w), nil
 	case "echo":
 		return newEchoLoad(w), nil
+	case "largegroup", "readstorm", "broadcast", "broadcast-naive":
+		if w.job.Room == nil {
+			return nil, fmt.Errorf("bench worker: %s job without a room", w.job.Scenario)
+		}
+		return newRoomLoad(w), nil
 	}
 	return nil, fmt.Errorf("bench worker: no workload for scenario %q", w.job.Scenario)
 }
