@@ -185,17 +185,24 @@ func (s *Subscription) offer(events []Event) bool {
 		}
 		return true
 	}
+	ok := s.queueEvents(events)
+	if ok {
+		s.notify()
+	}
+	return ok
+}
+
+// queueEvents adds events to the queue of s, a subscription made by Watch, without notifying
+// it, or reports false when it has no room for them all.
+func (s *Subscription) queueEvents(events []Event) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	ok := s.queue.Len()+len(events) <= s.limit
 	if ok {
 		s.queue.Grow(len(events)) // exactly that, most often one event to an idle subscriber
 		for i := range events {
 			s.queue.Push(&events[i])
 		}
-	}
-	s.mu.Unlock()
-	if ok {
-		s.notify()
 	}
 	return ok
 }

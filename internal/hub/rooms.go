@@ -55,6 +55,7 @@ type room struct {
 	members     map[string]map[*Subscription]*follow // user -> their subscriptions following it
 	open        map[*Subscription]struct{}
 	next        int64           // the seq to hand to the open subscriptions next; 0 before the first message
+	known       bool            // maxSeq was read from the store (Follow), not only learnt from messages
 	pending     map[int64]*Body // messages that came before their predecessor
 	recent      []roomMessage   // the newest messages handed over, oldest first, for late followers
 	maxSeq      int64           // the newest seq known
@@ -97,6 +98,7 @@ func (h *Hub) Follow(s *Subscription, convID string, seen, maxSeq int64) {
 	defer sh.mu.Unlock()
 	rm := sh.roomLocked(convID)
 	rm.maxSeq = max(rm.maxSeq, maxSeq)
+	rm.known = true
 	subs := rm.members[s.userID]
 	if subs == nil {
 		subs = make(map[*Subscription]*follow)
@@ -122,11 +124,13 @@ func (h *Hub) Follow(s *Subscription, convID string, seen, maxSeq int64) {
 
 // replay hands s the kept messages after seq, in seq order.
 func (rm *room) replay(s *Subscription, after int64) {
+	var w wakes
 	for _, m := range rm.recent {
 		if m.seq > after {
-			s.offerQueued([]Event{{Body: m.body}})
+			w.queue(s, []Event{{Body: m.body}})
 		}
 	}
+	w.wakeLater()
 }
 
 // schedule makes sure a notice round will run: at once if the last one ran NoticeInterval
@@ -277,31 +281,76 @@ const idleRoom = 5 * time.Second
 // when it will have. The sender's own subscriptions count the message as seen (sending
 // reads it). A room is made if the conversation has none, and kept idleRoom after its last
 // message even without followers. It never blocks on a subscriber.
+//
+// The pushes are queued under the room's lock, so in seq order, but their writers are woken
+// (a goroutine started for each idle connection) on a goroutine of their own afterwards:
+// the send that calls Message waits for neither, however many connections have the
+// conversation open.
 func (h *Hub) Message(convID string, seq int64, senderID string, body *Body) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	rm := sh.roomLocked(convID)
 	rm.lastMessage = h.rooms.now()
 	for _, f := range rm.members[senderID] {
 		f.seen = max(f.seen, seq)
 	}
+	if rm.next == 0 && rm.known {
+		rm.next = rm.maxSeq + 1 // every later seq reaches the room (Follow's listing was before it)
+	}
 	if seq > rm.maxSeq {
 		rm.maxSeq = seq
 		rm.schedule(h)
 	}
-	rm.deliver(seq, body)
+	var w wakes
+	rm.deliver(seq, body, &w)
+	sh.mu.Unlock()
+	w.wakeLater()
 }
 
-// deliver hands body, message seq, to the open subscriptions once every seq before it has
-// been handed over (sends commit in seq order but may reach the hub in another order). A
-// seq older than the room's first message, or one that kept more than maxPending later
-// ones waiting, is not pushed: clients fill such gaps by history. Guarded by the shard lock.
-func (rm *room) deliver(seq int64, body *Body) {
+// wakes collects the subscriptions whose queues got events under a room's lock, to notify
+// them once it is released.
+type wakes struct{ subs []*Subscription }
+
+// queue queues events to s, or ends s with ErrOverflow when it has no room for them.
+func (w *wakes) queue(s *Subscription, events []Event) {
+	if !s.queueEvents(events) {
+		s.shard.mu.Lock()
+		s.shard.endLocked(s, ErrOverflow) // notifies s
+		s.shard.mu.Unlock()
+		return
+	}
+	w.subs = append(w.subs, s)
+}
+
+// wakeLater notifies the collected subscriptions on a goroutine of its own: with many
+// connections each notify starts a writer goroutine, which the caller should not wait for.
+func (w *wakes) wakeLater() {
+	switch len(w.subs) {
+	case 0:
+	case 1:
+		w.subs[0].notify()
+	default:
+		subs := w.subs
+		go func() {
+			for _, s := range subs {
+				s.notify()
+			}
+		}()
+	}
+}
+
+// deliver queues body, message seq, to the open subscriptions (w wakes them) once every seq
+// before it has been handed over: sends commit in seq order but may reach the hub in
+// another order. A seq older than the room's first message (the room was made by a message
+// and had no followers, so no one missed it) is only kept for late followers; one that kept
+// more than maxPending later ones waiting is given up, and clients fill such a gap by
+// history. Guarded by the shard lock.
+func (rm *room) deliver(seq int64, body *Body, w *wakes) {
 	if rm.next == 0 {
 		rm.next = seq
 	}
 	if seq < rm.next {
+		rm.keepLate(seq, body)
 		return
 	}
 	rm.pending[seq] = body
@@ -328,8 +377,26 @@ func (rm *room) deliver(seq int64, body *Body) {
 		rm.next++
 		evs := []Event{{Body: b}}
 		for s := range rm.open {
-			s.offerQueued(evs)
+			w.queue(s, evs)
 		}
+	}
+}
+
+// keepLate adds message seq, older than the room's first one, to the messages kept for late
+// followers, in its place, unless it is there or older than all of them.
+func (rm *room) keepLate(seq int64, body *Body) {
+	i := 0
+	for i < len(rm.recent) && rm.recent[i].seq < seq {
+		i++
+	}
+	if (i < len(rm.recent) && rm.recent[i].seq == seq) || (i == 0 && len(rm.recent) == recentKept) {
+		return
+	}
+	rm.recent = append(rm.recent, roomMessage{})
+	copy(rm.recent[i+1:], rm.recent[i:])
+	rm.recent[i] = roomMessage{seq: seq, body: body}
+	if len(rm.recent) > recentKept {
+		rm.recent = append(rm.recent[:0], rm.recent[1:]...)
 	}
 }
 
@@ -339,7 +406,13 @@ func (rm *room) deliver(seq int64, body *Body) {
 func (h *Hub) round(convID string, rm *room) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	var noticed []*Subscription
+	defer func() {
+		sh.mu.Unlock()
+		for _, s := range noticed { // the writers are started outside the room's lock
+			s.notify()
+		}
+	}()
 	rm.timer = nil
 	if sh.rooms[convID] != rm {
 		return // the room closed meanwhile
@@ -359,34 +432,26 @@ func (h *Hub) round(convID string, rm *room) {
 				continue
 			}
 			f.notified = rm.maxSeq
-			s.offerNotice(Notice{ConvID: convID, MaxSeq: rm.maxSeq, Unread: max(0, rm.maxSeq-f.seen)})
+			if s.queueNotice(Notice{ConvID: convID, MaxSeq: rm.maxSeq, Unread: max(0, rm.maxSeq-f.seen)}) {
+				noticed = append(noticed, s)
+			}
 		}
 	}
 }
 
-// offerQueued queues events to s, a subscription made by Watch, or ends it with ErrOverflow
-// when it has no room for them.
-func (s *Subscription) offerQueued(events []Event) {
-	if !s.offer(events) {
-		s.shard.mu.Lock()
-		s.shard.endLocked(s, ErrOverflow)
-		s.shard.mu.Unlock()
-	}
-}
-
-// offerNotice queues n for s, replacing a notice of the same conversation that waits still.
-func (s *Subscription) offerNotice(n Notice) {
+// queueNotice queues n for s, replacing a notice of the same conversation that waits still,
+// and reports whether s is to be notified (it has not ended).
+func (s *Subscription) queueNotice(n Notice) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err != nil {
-		s.mu.Unlock()
-		return
+		return false
 	}
 	if s.notices == nil {
 		s.notices = make(map[string]Notice)
 	}
 	s.notices[n.ConvID] = n
-	s.mu.Unlock()
-	s.notify()
+	return true
 }
 
 // TakeNotices returns the notices queued for s, or nil if there are none.

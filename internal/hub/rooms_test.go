@@ -182,3 +182,33 @@ func TestRoomSkipsAGapThatNeverFills(t *testing.T) {
 		t.Fatalf("%d pushes, want %d (1, then 3..%d once the gap was given up)", len(got), 2+maxPending, 3+maxPending)
 	}
 }
+
+// TestRoomFirstMessagesOutOfOrder: the first two messages of a conversation reach the hub
+// in the opposite order; the open follower still gets both, in order, because the room
+// knows the conversation's max_seq from the follower's listing.
+func TestRoomFirstMessagesOutOfOrder(t *testing.T) {
+	h := New()
+	bob := watch(h, "bob", 100)
+	defer bob.Close()
+	h.Follow(bob.Subscription, "g1", 0, 0)
+	h.OpenConversation(bob.Subscription, "g1")
+	h.Message("g1", 2, "alice", msg(2))
+	h.Message("g1", 1, "alice", msg(1))
+	got := bob.Take(nil)
+	if len(got) != 2 || string(got[0].Data) != `{"seq":1}` || string(got[1].Data) != `{"seq":2}` {
+		t.Fatalf("pushes %d, want seqs 1 and 2 in order", len(got))
+	}
+	// A room made by a message (no follower yet) keeps a late seq for late followers.
+	h.Message("g2", 6, "alice", msg(6))
+	h.Message("g2", 5, "alice", msg(5))
+	h.Follow(bob.Subscription, "g2", 0, 4)
+	h.OpenConversation(bob.Subscription, "g2") // after Follow: no replay (open's answer says max_seq)
+	carol := watch(h, "carol", 100)
+	defer carol.Close()
+	h.OpenConversation(carol.Subscription, "g2")
+	h.Follow(carol.Subscription, "g2", 0, 4) // open before follow: a late follower, replayed
+	got = carol.Take(nil)
+	if len(got) != 2 || string(got[0].Data) != `{"seq":5}` || string(got[1].Data) != `{"seq":6}` {
+		t.Fatalf("replay to a late follower: %d pushes, want 5 and 6", len(got))
+	}
+}
