@@ -92,7 +92,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		// log has it. It goes live through the conversation's room, and wakes the
 		// long-polls of its members, which read the conversation's new mark.
 		s.recent.add(res.Message, p.epoch)
-		s.publishLive(m, payload)
+		go s.publishLive(m, payload) // the ack does not wait for the pushes (the room puts them in seq order)
 		s.obs.MessageStored(s.now().Sub(p.start), false)
 		return ackOf(res.Message, false), nil
 	}

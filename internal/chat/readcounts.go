@@ -14,8 +14,9 @@ import (
 // (rank.Multiset), so that a count is O(log M). It holds committed positions only: it is
 // built from a read snapshot the first time a conversation is asked for, and then raised by
 // every position change this process commits. Positions only move forward, so applying the
-// larger of two values in any order gives the same state; a build that a change or a member
-// change overtook is thrown away rather than installed. Member changes add and remove
+// larger of two values in any order gives the same state: position changes that overtake a
+// build are applied to it once it is done, and a build that a member change overtook is
+// thrown away rather than installed. Member changes add and remove
 // members (changeMembers), so that a group with steady joins is not counted from all its
 // members again and again. On several nodes (the scale-out issue) the changes other
 // nodes commit will have to reach it too.
@@ -45,8 +46,19 @@ type convCounts struct {
 }
 
 type buildInFlight struct {
-	n     int  // builds under way
-	stale bool // a change came meanwhile: their snapshots may miss it
+	n      int  // builds under way
+	stale  bool // a member change came meanwhile: their snapshots may miss it
+	raised []raise
+}
+
+// raise is a position change committed while a build was under way: its snapshot may or may
+// not have it, and since positions only move forward, applying it to the build once done
+// is right either way. (Throwing such builds away, as member changes do, would never let a
+// large group be counted while its members read and send: a build of 100,000 members takes
+// longer than the gap between two of them.)
+type raise struct {
+	user            string
+	read, delivered int64
 }
 
 func newReadCounts() *readCounts {
@@ -105,6 +117,7 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 		if ms == nil || b.stale || r.convs[convID] != nil {
 			return
 		}
+		raised := b.raised
 		if r.members+len(ms) > maxCountedMembers {
 			for id, c := range r.convs { // arbitrary ones go; they are built again when asked
 				r.members -= len(c.pos)
@@ -122,6 +135,12 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 		}
 		r.convs[convID] = c
 		r.members += len(ms)
+		for _, x := range raised {
+			if r.convs[convID] != c {
+				break // dropped by a raise of a user it does not count
+			}
+			r.raiseLocked(convID, c, x.user, x.read, x.delivered)
+		}
 	}
 }
 
@@ -131,12 +150,15 @@ func (rc *readCounts) advance(convID, user string, read, delivered int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.building[convID]; b != nil {
-		b.stale = true
+		b.raised = append(b.raised, raise{user, read, delivered})
 	}
-	c := r.convs[convID]
-	if c == nil {
-		return
+	if c := r.convs[convID]; c != nil {
+		r.raiseLocked(convID, c, user, read, delivered)
 	}
+}
+
+// raiseLocked raises user's positions in c, convID's counts. r.mu must be held.
+func (r *countShard) raiseLocked(convID string, c *convCounts, user string, read, delivered int64) {
 	p, in := c.pos[user]
 	if !in {
 		r.dropLocked(convID) // a join not applied yet: see changeMembers

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley/protocol"
@@ -67,6 +68,7 @@ type Hub struct {
 	shards [hubShards]shard
 	convs  convWatches // read-fanout conversations' wake-ups (convwatch.go)
 	rooms  rooms       // read-fanout conversations' live delivery (rooms.go)
+	nextID atomic.Uint64
 }
 
 // hubShards is how many shards a hub has: a power of two, well above the number of cores.
@@ -100,6 +102,7 @@ func (h *Hub) shardOf(userID string) *shard {
 // a channel (Subscribe), or through a queue that is read with Take and announced by a
 // function (Watch).
 type Subscription struct {
+	id     uint64 // in order of creation: notice rounds wake subscriptions in this order
 	hub    *Hub
 	shard  *shard
 	userID string
@@ -145,6 +148,7 @@ func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
 func (h *Hub) add(userID string, s *Subscription) {
 	sh := h.shardOf(userID)
 	s.hub, s.shard, s.userID = h, sh, userID
+	s.id = h.nextID.Add(1)
 	sh.mu.Lock()
 	m := sh.subs[userID]
 	if m == nil {

@@ -212,3 +212,42 @@ func TestRoomFirstMessagesOutOfOrder(t *testing.T) {
 		t.Fatalf("replay to a late follower: %d pushes, want 5 and 6", len(got))
 	}
 }
+
+// TestRoomWheelSpreadsNoticesOverATurn: in a room larger than wakeSlice followers, a message
+// is noticed to each follower at its slot's tick, about a twentieth of them per tick, every
+// follower once within one turn of the wheel.
+func TestRoomWheelSpreadsNoticesOverATurn(t *testing.T) {
+	h := New()
+	h.rooms.manual = true
+	const n = 2 * wakeSlice
+	ws := make([]watcher, n)
+	for i := range ws {
+		ws[i] = watch(h, fmt.Sprint("u", i), 10)
+		defer ws[i].Close()
+		h.Follow(ws[i].Subscription, "g1", 0, 0)
+	}
+	h.Message("g1", 1, "alice", msg(1))
+	sh := h.rooms.shardOf("g1")
+	sh.mu.Lock()
+	rm := sh.rooms["g1"]
+	sh.mu.Unlock()
+	noticed := map[int]int{}
+	for tick := range wheelSlots {
+		h.round("g1", rm)
+		got := 0
+		for i, w := range ws {
+			if ns := w.TakeNotices(); len(ns) > 0 {
+				noticed[i]++
+				got++
+			}
+		}
+		if got > n/wheelSlots*2 {
+			t.Fatalf("tick %d noticed %d of %d followers: not spread", tick, got, n)
+		}
+	}
+	for i := range ws {
+		if noticed[i] != 1 {
+			t.Fatalf("follower %d noticed %d times in a turn, want once", i, noticed[i])
+		}
+	}
+}
