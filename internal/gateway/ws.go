@@ -607,6 +607,7 @@ func (c *wsConn) writeAll() (open bool) {
 	}
 	var replies [][]byte
 	var events []*hub.Event
+	var notices []hub.Notice
 	for !c.closing() {
 		if c.pingDue.Swap(false) {
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.g.cfg.WriteTimeout)); err != nil {
@@ -618,8 +619,9 @@ func (c *wsConn) writeAll() (open bool) {
 		// connection allocates nothing here, and an idle one keeps neither slice.
 		clear(replies)
 		clear(events)
+		clear(notices)
 		replies, events = c.replies.take(replies), c.sub.Take(events)
-		notices := c.sub.TakeNotices()
+		notices = c.sub.TakeNotices(notices)
 		if replies == nil && events == nil && notices == nil {
 			return c.subscribed(c.sub)
 		}

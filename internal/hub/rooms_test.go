@@ -30,7 +30,7 @@ func (w watcher) nextNotice(t *testing.T, d time.Duration) (Notice, bool) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
-		if ns := w.TakeNotices(); len(ns) > 0 {
+		if ns := w.TakeNotices(nil); len(ns) > 0 {
 			if len(ns) != 1 {
 				t.Fatalf("%d notices of one conversation at once: %+v", len(ns), ns)
 			}
@@ -148,7 +148,7 @@ func TestRoomEndsWithItsFollowers(t *testing.T) {
 		t.Fatalf("g1 has %d followers after close", f)
 	}
 	h.Message("g1", 1, "alice", msg(1)) // no room: nothing happens
-	if ns := bob.TakeNotices(); ns != nil {
+	if ns := bob.TakeNotices(nil); ns != nil {
 		t.Fatalf("closed subscription got %+v", ns)
 	}
 }
@@ -236,7 +236,7 @@ func TestRoomWheelSpreadsNoticesOverATurn(t *testing.T) {
 		h.round("g1", rm)
 		got := 0
 		for i, w := range ws {
-			if ns := w.TakeNotices(); len(ns) > 0 {
+			if ns := w.TakeNotices(nil); len(ns) > 0 {
 				noticed[i]++
 				got++
 			}
