@@ -214,9 +214,7 @@ func TestReadstorm(t *testing.T) {
 		t.Fatalf("figures %v: want the commits counted", rep.Extra)
 	}
 	if rep.Counts["receipts_pushes"] == 0 {
-		// Issue 9's contract (section 2) pushes read counts to the sender; the server on
-		// main does not yet, and the run reports the missing count as a violation.
-		t.Skipf("the server pushed no receipts (not built yet): %v", rep.ViolationSamples)
+		t.Errorf("the server pushed no receipts to the sender: %v", rep.ViolationSamples)
 	}
 	if err != nil || rep.Violations != 0 {
 		t.Fatalf("run: %v, violations %v", err, rep.ViolationSamples)
