@@ -401,3 +401,58 @@ func eventType(b []byte) string {
 	}
 	return string(b)
 }
+
+// messagePushHead is how the server starts the push of a read-fanout message (section 10).
+const messagePushHead = `{"op":"message","message":`
+
+// ReadMessagePush reads the push of a read-fanout message, {"op":"message","message":{...}},
+// as the server lays it out: ok is false for any other frame, which the caller then decodes
+// with encoding/json. When ok is true, m is what json.Unmarshal gives for the frame's
+// message (FuzzReadMessagePush).
+func ReadMessagePush(data []byte) (m MessagePush, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(messagePushHead))
+	if !ok {
+		return m, false
+	}
+	inner, ok := bytes.CutSuffix(rest, []byte("}"))
+	if !ok {
+		return m, false
+	}
+	if m.Message, ok = readMessage(inner); !ok {
+		return m, false
+	}
+	m.Op = OpMessage
+	return m, true
+}
+
+// ReadNoticePush reads a notice, {"op":"notice","conv_id":...,"max_seq":N,"unread":N,
+// "pull_delay_ms":N}, as the server lays it out: ok is false for anything else
+// (FuzzReadNoticePush holds it to encoding/json). A large group's online members get one a
+// second each, so a load generator reads tens of thousands a second.
+func ReadNoticePush(data []byte) (n NoticePush, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"op":"notice","conv_id":"`))
+	if !ok {
+		return n, false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || !ValidConvID(string(rest[:i])) {
+		return n, false
+	}
+	n.ConvID, rest = string(rest[:i]), rest[i+1:]
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{`,"max_seq":`, &n.MaxSeq}, {`,"unread":`, &n.Unread}, {`,"pull_delay_ms":`, &n.PullDelayMS}} {
+		if rest, ok = bytes.CutPrefix(rest, []byte(f.name)); !ok {
+			return n, false
+		}
+		if *f.v, rest, ok = cutInt(rest, 64); !ok {
+			return n, false
+		}
+	}
+	if string(rest) != "}" {
+		return n, false
+	}
+	n.Op = OpNotice
+	return n, true
+}

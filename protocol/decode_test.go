@@ -316,3 +316,65 @@ func FuzzIsValue(f *testing.F) {
 	f.Add([]byte(updatedPush))
 	f.Fuzz(func(t *testing.T, b []byte) { checkValue(t, b) })
 }
+
+var noticeSeeds = []string{
+	`{"op":"notice","conv_id":"g_cyasarizecybwvhrqqvyjwsh7a","max_seq":4,"unread":1,"pull_delay_ms":956}`,
+	`{"op":"notice","conv_id":"g_x","max_seq":0,"unread":0,"pull_delay_ms":0}`,
+	`{"op":"notice","conv_id":"g_x","max_seq":-1,"unread":01,"pull_delay_ms":3}`,
+	`{"op":"notice","conv_id":"g\u0041","max_seq":1,"unread":1,"pull_delay_ms":1}`,
+	`{"op":"notice","conv_id":"g_x","max_seq":1,"unread":1,"pull_delay_ms":1} `,
+}
+
+func FuzzReadNoticePush(f *testing.F) {
+	for _, s := range noticeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, ok := ReadNoticePush(data)
+		if !ok {
+			return
+		}
+		var want NoticePush
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("read %s, which encoding/json refuses: %v", data, err)
+		}
+		if n != want {
+			t.Fatalf("read %s as %+v, encoding/json: %+v", data, n, want)
+		}
+	})
+}
+
+func FuzzReadMessagePush(f *testing.F) {
+	for _, s := range messageSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		data := append([]byte(messagePushHead), msg...)
+		data = append(data, '}')
+		m, ok := ReadMessagePush(data)
+		if !ok {
+			return
+		}
+		var want MessagePush
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("read %s, which encoding/json refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(m, want) {
+			t.Fatalf("read %s as\n%+v\nencoding/json:\n%+v", data, m, want)
+		}
+	})
+}
+
+func TestReadNoticeAndMessagePushes(t *testing.T) {
+	if n, ok := ReadNoticePush([]byte(noticeSeeds[0])); !ok || n.MaxSeq != 4 || n.Unread != 1 || n.PullDelayMS != 956 || n.Op != OpNotice {
+		t.Fatalf("notice read as %+v, %v", n, ok)
+	}
+	for _, bad := range noticeSeeds[2:] {
+		if _, ok := ReadNoticePush([]byte(bad)); ok {
+			t.Errorf("%s read by the fast path", bad)
+		}
+	}
+	if m, ok := ReadMessagePush([]byte(messagePushHead + messageData + "}")); !ok || m.Message.Seq == 0 {
+		t.Fatalf("message push read as %+v, %v", m, ok)
+	}
+}
