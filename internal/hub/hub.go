@@ -113,8 +113,8 @@ type Subscription struct {
 
 	mu      sync.Mutex // guards err, queue and notices; done is closed exactly once, when err is set
 	err     error
-	queue   Queue[*Event]     // Watch's events not yet taken
-	notices Queue[Notice]     // Watch's notices not yet taken, one per conversation (rooms.go)
+	queue   Queue[*Event] // Watch's events not yet taken
+	notices Queue[Notice] // Watch's notices not yet taken, one per conversation (rooms.go)
 
 	fmu       sync.Mutex      // guards following and opened (rooms.go); taken before any room's lock
 	following map[string]bool // the read-fanout conversations whose room s is in
