@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,6 +312,7 @@ func (c *coord) startProcess(id int, events chan<- event) (*handle, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), c.opts.WorkerEnv...)
+	cmd.Env = append(cmd.Env, workerMaxProcs(os.Getenv("GOMAXPROCS"), runtime.NumCPU(), c.cfg.Procs)...)
 	cmd.Stderr = c.stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -638,4 +640,18 @@ func mergeHist(h *hdrhistogram.Histogram, b []byte) {
 	if x := decodeHist(b); x != nil {
 		h.Merge(x)
 	}
+}
+
+// workerMaxProcs returns the GOMAXPROCS setting for a worker process, unless the operator
+// set one (set): the machine's cpus shared by the procs workers, at least one each. Each
+// worker otherwise takes a P per CPU, and on a machine shared with the server the measured
+// (two generator processes on 2 cores make 4 Ps of load threads beside the server's 2),
+// the kernel time-slices more threads than there are cores, which adds tens of
+// milliseconds to the server's tail latencies that are the generator's, not the server's
+// (README, "Large groups").
+func workerMaxProcs(set string, cpus, procs int) []string {
+	if set != "" || procs < 2 {
+		return nil
+	}
+	return []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, cpus/procs))}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +91,24 @@ func BenchmarkEchoFrame(b *testing.B) {
 	for b.Loop() {
 		f := l.frame(&buf, echoConvID(0), time.Now())
 		l.check(0, f, f)
+	}
+}
+
+func TestWorkerMaxProcs(t *testing.T) {
+	for _, c := range []struct {
+		set         string
+		cpus, procs int
+		want        string
+	}{
+		{"", 2, 2, "GOMAXPROCS=1"},
+		{"", 8, 2, "GOMAXPROCS=4"},
+		{"", 2, 4, "GOMAXPROCS=1"},
+		{"", 2, 1, ""},
+		{"3", 2, 2, ""}, // the operator's own setting is kept
+	} {
+		got := strings.Join(workerMaxProcs(c.set, c.cpus, c.procs), "")
+		if got != c.want {
+			t.Errorf("workerMaxProcs(%q, %d, %d) = %q, want %q", c.set, c.cpus, c.procs, got, c.want)
+		}
 	}
 }
