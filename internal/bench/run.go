@@ -142,7 +142,9 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	} else {
 		var p *plan
 		if p, err = c.setup(ctx); err == nil {
+			restore := c.yieldCPUs()
 			rep, err = c.drive(ctx, p)
+			restore()
 		}
 	}
 	if err != nil {
@@ -654,4 +656,16 @@ func workerMaxProcs(set string, cpus, procs int) []string {
 		return nil
 	}
 	return []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, cpus/procs))}
+}
+
+// yieldCPUs leaves the machine to the workers and the server while worker processes carry
+// the load (--procs > 1): the coordinator only gathers their reports then, and with a P per
+// CPU its threads would be time-sliced with theirs (see workerMaxProcs). It returns what
+// restores the setting. An operator's own GOMAXPROCS is kept.
+func (c *coord) yieldCPUs() (restore func()) {
+	if c.cfg.Procs < 2 || os.Getenv("GOMAXPROCS") != "" {
+		return func() {}
+	}
+	prev := runtime.GOMAXPROCS(1)
+	return func() { runtime.GOMAXPROCS(prev) }
 }
