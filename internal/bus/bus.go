@@ -90,6 +90,22 @@ func ValidateSubject(s string) error {
 	return nil
 }
 
+// checkPublish holds the checks every implementation makes before publishing.
+func checkPublish(ctx context.Context, subject string) error {
+	if err := ValidateSubject(subject); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// checkSubscribe holds the checks every implementation makes before subscribing.
+func checkSubscribe(subject string, handler func([]byte)) error {
+	if handler == nil {
+		return errors.New("bus: nil handler")
+	}
+	return ValidateSubject(subject)
+}
+
 func tokenChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }

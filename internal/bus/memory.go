@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -43,10 +42,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 // Publish implements Bus. It copies data into the queue of every subscription of subject,
 // dropping the oldest queued message of any queue that is full.
 func (m *Memory) Publish(ctx context.Context, subject string, data []byte) error {
-	if err := ValidateSubject(subject); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkPublish(ctx, subject); err != nil {
 		return err
 	}
 	m.mu.RLock()
@@ -62,11 +58,8 @@ func (m *Memory) Publish(ctx context.Context, subject string, data []byte) error
 
 // Subscribe implements Bus.
 func (m *Memory) Subscribe(subject string, handler func(data []byte)) (Subscription, error) {
-	if err := ValidateSubject(subject); err != nil {
+	if err := checkSubscribe(subject, handler); err != nil {
 		return nil, err
-	}
-	if handler == nil {
-		return nil, fmt.Errorf("bus: nil handler")
 	}
 	s := &memorySub{bus: m, subject: subject, queue: make(chan []byte, m.queueLen), done: make(chan struct{})}
 	m.mu.Lock()

@@ -9,11 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// NATSOptions configure a NATS bus. The zero value is ready to use.
+// NATSOptions configure a NATS bus. The zero value is ready to use. They are a struct, not
+// variadic option functions, following the project's convention (options are structs).
 type NATSOptions struct {
 	// Prefix, if set, is put before every subject on the wire ("<prefix>.parley.user.x"), so
 	// several deployments (or tests) can share one NATS server without seeing each other's
-	// messages. Callers keep using unprefixed subjects. It must be a valid subject.
+	// messages. Callers keep using unprefixed subjects. It must be a valid subject. The prefix
+	// is an option of the transport rather than part of UserSubject and ConvSubject because
+	// only a shared transport needs it: callers never see it, and the memory bus has none.
 	Prefix string
 	// Name is the connection name shown by the NATS server's monitoring (for example the node).
 	Name string
@@ -67,10 +70,7 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 
 // Publish implements Bus.
 func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
-	if err := ValidateSubject(subject); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkPublish(ctx, subject); err != nil {
 		return err
 	}
 	if b.nc.IsClosed() {
@@ -88,11 +88,8 @@ func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
 // Subscribe implements Bus. nats.go calls handler from one goroutine per subscription, in
 // arrival order.
 func (b *NATS) Subscribe(subject string, handler func(data []byte)) (Subscription, error) {
-	if err := ValidateSubject(subject); err != nil {
+	if err := checkSubscribe(subject, handler); err != nil {
 		return nil, err
-	}
-	if handler == nil {
-		return nil, fmt.Errorf("bus: nil handler")
 	}
 	sub, err := b.nc.Subscribe(b.prefix+subject, func(m *nats.Msg) { handler(m.Data) })
 	if err != nil {

@@ -113,7 +113,7 @@ func (r *recorder) waitUntil(t *testing.T, msg string) []string {
 	}
 }
 
-// MustSubscribe subscribes r to subject and unsubscribes at the end of the test.
+// mustSubscribe subscribes r to subject and unsubscribes at the end of the test.
 func mustSubscribe(t *testing.T, b bus.Bus, subject string, r *recorder) bus.Subscription {
 	t.Helper()
 	sub, err := b.Subscribe(subject, r.handle)
