@@ -1,0 +1,555 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// States of an appendReq: claimed by the appender or abandoned by its caller, never both,
+// so a Wait that returns ctx's error is sure nothing was written.
+const (
+	reqPending int32 = iota
+	reqClaimed
+	reqAbandoned
+)
+
+// appendReq is one queued AppendMessage; it is the store.PendingAppend StartAppend returns.
+type appendReq struct {
+	ctx   context.Context
+	m     store.Message
+	state atomic.Int32
+	done  chan struct{} // closed once res and err are set
+	res   store.Appended
+	err   error
+}
+
+// Wait implements store.PendingAppend.
+func (r *appendReq) Wait() (store.Appended, error) {
+	select {
+	case <-r.done:
+	case <-r.ctx.Done():
+		if r.state.CompareAndSwap(reqPending, reqAbandoned) {
+			return store.Appended{}, r.ctx.Err()
+		}
+		<-r.done
+	}
+	return r.res, r.err
+}
+
+func (r *appendReq) answer(res store.Appended, err error) {
+	r.res, r.err = res, err
+	close(r.done)
+}
+
+// appender is a node's group commit for sends. One goroutine takes every queued append (up
+// to MaxBatch) and applies the batch in one transaction of two round trips:
+//
+//  1. lock the batch's conversations, then read the senders' member rows (locked), the
+//     members of the write-fanout conversations, the recipients' users (locked), and the
+//     messages the batch might repeat;
+//  2. with the seqs and cursors computed here, write the messages, the conversations, the
+//     users' cursors, the events and the members' positions with one set-based statement
+//     each (unnest of arrays), and COMMIT.
+//
+// Rows are locked in one order by every batch of every node (conversations, then member
+// rows, then users, each sorted by key, and the mark row last, in the second round trip),
+// so batches of different nodes wait for each other but never deadlock. The lock on a
+// conversation also orders duplicates: a retry that reaches another node while the first
+// attempt is committing waits for that commit, then finds the message.
+//
+// Appends are applied in queue order, and a batch starts after the previous one has
+// committed, which is StartAppend's ordering promise.
+type appender struct {
+	pool *pgxpool.Pool
+	opts Options
+
+	mu     sync.RWMutex // guards sending on reqs against close closing it
+	closed bool
+	reqs   chan *appendReq
+	done   chan struct{}
+}
+
+func newAppender(pool *pgxpool.Pool, opts Options) *appender {
+	a := &appender{pool: pool, opts: opts, reqs: make(chan *appendReq, 4*opts.MaxBatch), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+// start queues m and returns once it is queued.
+func (a *appender) start(ctx context.Context, m store.Message) (store.PendingAppend, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &appendReq{ctx: ctx, m: m, done: make(chan struct{})}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		return nil, unavailable("append")
+	}
+	select {
+	case a.reqs <- r:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close stops taking appends and waits until those queued are answered.
+func (a *appender) close() {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.reqs)
+	}
+	a.mu.Unlock()
+	<-a.done
+}
+
+func (a *appender) run() {
+	defer close(a.done)
+	batch := make([]*appendReq, 0, a.opts.MaxBatch)
+	for first := range a.reqs {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < a.opts.MaxBatch {
+			select {
+			case r, ok := <-a.reqs:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		if live := claim(batch); len(live) > 0 {
+			a.commit(live)
+		}
+		clear(batch)
+	}
+}
+
+// claim keeps the requests whose callers still wait, answering those whose context ended.
+func claim(batch []*appendReq) []*appendReq {
+	live := batch[:0]
+	for _, r := range batch {
+		if !r.state.CompareAndSwap(reqPending, reqClaimed) {
+			continue
+		}
+		if err := r.ctx.Err(); err != nil {
+			r.answer(store.Appended{}, err)
+			continue
+		}
+		live = append(live, r)
+	}
+	return live
+}
+
+// maxAttempts bounds how often a batch is run again after a deadlock, a serialization
+// failure or a unique key taken by a concurrent transaction.
+const maxAttempts = 8
+
+// commit applies the batch and answers every request. A batch that failed as a whole is
+// rolled back and, when the failure was a conflict with another transaction, run again:
+// its requests see that transaction's writes the second time.
+func (a *appender) commit(reqs []*appendReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.AppendTimeout)
+	defer cancel()
+	var err error
+	for attempt := 1; ; attempt++ {
+		var b *appendBatch
+		if b, err = a.try(ctx, reqs); err == nil {
+			for i, r := range reqs {
+				r.answer(b.results[i], b.errs[i])
+			}
+			return
+		}
+		if !retryable(err) || attempt == maxAttempts || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond) // let the other transaction finish
+	}
+	err = fmt.Errorf("postgres: append batch: %w: %w", store.ErrUnavailable, err)
+	for _, r := range reqs {
+		r.answer(store.Appended{}, err)
+	}
+}
+
+// try runs one attempt of the batch on a connection of its own.
+func (a *appender) try(ctx context.Context, reqs []*appendReq) (*appendBatch, error) {
+	conn, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release() // a connection left inside a transaction is destroyed, not reused
+	b := newAppendBatch(reqs)
+	if err := b.lockAndRead(ctx, conn.Conn()); err != nil {
+		rollback(ctx, conn.Conn())
+		return nil, err
+	}
+	b.apply()
+	if err := b.write(ctx, conn.Conn()); err != nil {
+		rollback(ctx, conn.Conn())
+		return nil, err
+	}
+	return b, nil
+}
+
+// rollback ends a failed attempt's transaction; if even that fails the connection is
+// closed, so that the pool drops it.
+func rollback(ctx context.Context, c *pgx.Conn) {
+	if _, err := c.Exec(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
+		_ = c.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// memberKey names a member row.
+type memberKey struct{ conv, user string }
+
+// dedupKey is a message's idempotency key.
+type dedupKey struct{ sender, clientMsgID string }
+
+// convState is a locked conversation and, for write fanout, its members by standing.
+type convState struct {
+	c       store.Conversation
+	dirty   bool
+	markOff int64 // > 0: the conversation's new mark is the batch's base mark + markOff
+	members []memberLite
+}
+
+// memberLite is what a batch needs of a write-fanout member.
+type memberLite struct {
+	user    string
+	ordinal int64
+}
+
+// appendBatch is one attempt at a batch: what the first round trip read, what apply
+// computed from it, and the rows the second round trip writes.
+type appendBatch struct {
+	reqs []*appendReq
+
+	convIDs        []string // sorted
+	senderConvs    []string // with senderUsers: the senders' member rows, sorted
+	senderUsers    []string
+	dedupSenders   []string
+	dedupClientIDs []string
+
+	convs   map[string]*convState
+	senders map[memberKey]*store.Member
+	users   map[string]int64 // recipient -> last cursor (locked)
+	known   map[dedupKey]store.Message
+
+	results []store.Appended
+	errs    []error
+
+	newMessages []store.Message
+	marks       int64
+	events      eventRows
+	moved       map[memberKey]bool // sender rows whose positions apply raised
+	unhide      []string           // write-fanout conversations that got a message
+}
+
+// eventRows are the columns of the "message" events to insert.
+type eventRows struct {
+	users, convs     []string
+	cursors, ts, seq []int64
+}
+
+func newAppendBatch(reqs []*appendReq) *appendBatch {
+	b := &appendBatch{reqs: reqs, known: make(map[dedupKey]store.Message)}
+	convs := make(map[string]bool)
+	senders := make(map[memberKey]bool)
+	for _, r := range reqs {
+		convs[r.m.ConvID] = true
+		senders[memberKey{r.m.ConvID, r.m.SenderID}] = true
+		b.dedupSenders = append(b.dedupSenders, r.m.SenderID)
+		b.dedupClientIDs = append(b.dedupClientIDs, r.m.ClientMsgID)
+	}
+	for c := range convs {
+		b.convIDs = append(b.convIDs, c)
+	}
+	slices.Sort(b.convIDs)
+	keys := make([]memberKey, 0, len(senders))
+	for k := range senders {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y memberKey) int { return cmp.Or(cmp.Compare(x.conv, y.conv), cmp.Compare(x.user, y.user)) })
+	for _, k := range keys {
+		b.senderConvs = append(b.senderConvs, k.conv)
+		b.senderUsers = append(b.senderUsers, k.user)
+	}
+	return b
+}
+
+// The first round trip's statements. FOR UPDATE with ORDER BY locks rows in that order.
+const (
+	lockConvsSQL = `SELECT ` + convCols + ` FROM conversations WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+	// The senders' rows: a sender must be a member, and its positions move.
+	lockSendersSQL = `SELECT ` + memberCols + ` FROM members
+		WHERE (conv_id, user_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+		ORDER BY conv_id, user_id FOR UPDATE`
+	// Every member of the write-fanout conversations gets an event. Membership cannot
+	// change meanwhile: every change of it locks the conversation first.
+	writeFanoutMembersSQL = `SELECT conv_id, user_id, ordinal FROM members
+		WHERE conv_id IN (SELECT id FROM conversations WHERE id = ANY($1) AND read_from = 0)`
+	lockUsersSQL = `SELECT id, last_cursor FROM users WHERE id IN (
+		SELECT user_id FROM members WHERE conv_id IN (
+			SELECT id FROM conversations WHERE id = ANY($1) AND read_from = 0))
+		ORDER BY id FOR UPDATE`
+	dedupSQL = `SELECT ` + msgCols + ` FROM messages
+		WHERE (sender_id, client_msg_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
+)
+
+// lockAndRead is the first round trip: BEGIN, the locks and the reads, pipelined.
+func (b *appendBatch) lockAndRead(ctx context.Context, c *pgx.Conn) error {
+	q := &pgx.Batch{}
+	q.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	q.Queue(lockConvsSQL, b.convIDs)
+	q.Queue(lockSendersSQL, b.senderConvs, b.senderUsers)
+	q.Queue(writeFanoutMembersSQL, b.convIDs)
+	q.Queue(lockUsersSQL, b.convIDs)
+	q.Queue(dedupSQL, b.dedupSenders, b.dedupClientIDs)
+	br := c.SendBatch(ctx, q)
+	err := b.readResults(br)
+	return errors.Join(err, br.Close())
+}
+
+func (b *appendBatch) readResults(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	b.convs = make(map[string]*convState, len(b.convIDs))
+	if err := eachRow(br, func(r pgx.Rows) error {
+		c, err := scanConversation(r)
+		b.convs[c.ID] = &convState{c: c}
+		return err
+	}); err != nil {
+		return err
+	}
+	b.senders = make(map[memberKey]*store.Member, len(b.senderUsers))
+	if err := eachRow(br, func(r pgx.Rows) error {
+		m, err := scanMember(r)
+		b.senders[memberKey{m.ConvID, m.UserID}] = &m
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := eachRow(br, func(r pgx.Rows) error {
+		var conv string
+		var m memberLite
+		if err := r.Scan(&conv, &m.user, &m.ordinal); err != nil {
+			return err
+		}
+		if cs := b.convs[conv]; cs != nil {
+			cs.members = append(cs.members, m)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	b.users = make(map[string]int64)
+	if err := eachRow(br, func(r pgx.Rows) error {
+		var id string
+		var last int64
+		err := r.Scan(&id, &last)
+		b.users[id] = last
+		return err
+	}); err != nil {
+		return err
+	}
+	return eachRow(br, func(r pgx.Rows) error {
+		m, err := scanMessage(r)
+		b.known[dedupKey{m.SenderID, m.ClientMsgID}] = m
+		return err
+	})
+}
+
+// eachRow reads the next result of br row by row.
+func eachRow(br pgx.BatchResults, fn func(pgx.Rows) error) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// apply computes every request's outcome in queue order, as store.AppendTx would one
+// after another, from the rows the first round trip locked.
+func (b *appendBatch) apply() {
+	for _, cs := range b.convs {
+		slices.SortFunc(cs.members, func(x, y memberLite) int {
+			return cmp.Or(cmp.Compare(x.ordinal, y.ordinal), cmp.Compare(x.user, y.user))
+		})
+	}
+	b.results = make([]store.Appended, len(b.reqs))
+	b.errs = make([]error, len(b.reqs))
+	b.moved = make(map[memberKey]bool)
+	for i, r := range b.reqs {
+		b.results[i], b.errs[i] = b.applyOne(r.m)
+	}
+}
+
+func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
+	key := dedupKey{m.SenderID, m.ClientMsgID}
+	if orig, ok := b.known[key]; ok {
+		return store.Appended{Message: orig, Duplicate: true}, nil
+	}
+	cs := b.convs[m.ConvID]
+	sender := b.senders[memberKey{m.ConvID, m.SenderID}]
+	if cs == nil || sender == nil {
+		return store.Appended{}, store.ErrNotMember
+	}
+	c := &cs.c
+	if !c.ReadFanout() {
+		for _, mem := range cs.members { // checked before anything changes: all or nothing
+			if _, ok := b.users[mem.user]; !ok {
+				return store.Appended{}, fmt.Errorf("append message event for %s: %w", mem.user, store.ErrNotFound)
+			}
+		}
+	}
+	m.Seq = c.MaxSeq + 1
+	c.MaxSeq, c.UpdatedAt = m.Seq, max(c.UpdatedAt, m.CreatedAt)
+	cs.dirty = true
+	b.known[key] = m
+	b.newMessages = append(b.newMessages, m)
+	res := store.Appended{Message: m}
+	if c.ReadFanout() {
+		b.marks++
+		cs.markOff = b.marks
+	} else {
+		if !slices.Contains(b.unhide, c.ID) {
+			b.unhide = append(b.unhide, c.ID)
+		}
+		for _, mem := range cs.members {
+			b.users[mem.user]++
+			cursor := b.users[mem.user]
+			b.events.users = append(b.events.users, mem.user)
+			b.events.convs = append(b.events.convs, m.ConvID)
+			b.events.cursors = append(b.events.cursors, cursor)
+			b.events.ts = append(b.events.ts, m.CreatedAt)
+			b.events.seq = append(b.events.seq, m.Seq)
+			res.Events = append(res.Events, store.Delivery{UserID: mem.user, Cursor: cursor})
+		}
+	}
+	if after, changed := store.AfterAppend(*sender, m); changed {
+		*sender = after
+		b.moved[memberKey{m.ConvID, m.SenderID}] = true
+	}
+	return res, nil
+}
+
+// write is the second round trip: every row the batch changes, then COMMIT, pipelined.
+func (b *appendBatch) write(ctx context.Context, c *pgx.Conn) error {
+	q := &pgx.Batch{}
+	if len(b.newMessages) > 0 {
+		b.queueMessages(q)
+		b.queueConversations(q)
+		b.queueCursors(q)
+	}
+	b.queueMembers(q)
+	q.Queue(`COMMIT`)
+	return c.SendBatch(ctx, q).Close()
+}
+
+func (b *appendBatch) queueMessages(q *pgx.Batch) {
+	n := len(b.newMessages)
+	var (
+		convs, msgIDs, clientIDs, senders = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		seqs, created                     = make([]int64, n), make([]int64, n)
+		types                             = make([]int32, n)
+		contents, extras                  = make([][]byte, n), make([][]byte, n)
+	)
+	for i, m := range b.newMessages {
+		convs[i], seqs[i], msgIDs[i], clientIDs[i], senders[i] = m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID
+		types[i], contents[i], extras[i], created[i] = int32(m.ContentType), m.Content, m.Extra, m.CreatedAt
+	}
+	q.Queue(`INSERT INTO messages (`+msgCols+`)
+		SELECT c, s, mi, ci, se, ty, co, ex, cr, false
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[],
+			$7::bytea[], $8::bytea[], $9::bigint[]) AS v(c, s, mi, ci, se, ty, co, ex, cr)`,
+		convs, seqs, msgIDs, clientIDs, senders, types, contents, extras, created)
+}
+
+// queueConversations raises max_seq and updated_at, and gives read-fanout conversations
+// their marks. The mark row is the last lock the batch takes: held from here to COMMIT, it
+// makes marks commit in the order they are handed out (see schemaV1).
+func (b *appendBatch) queueConversations(q *pgx.Batch) {
+	var ids []string
+	var maxSeqs, updated, markOffs []int64
+	for _, id := range b.convIDs {
+		cs := b.convs[id]
+		if cs == nil || !cs.dirty {
+			continue
+		}
+		ids = append(ids, id)
+		maxSeqs = append(maxSeqs, cs.c.MaxSeq)
+		updated = append(updated, cs.c.UpdatedAt)
+		markOffs = append(markOffs, cs.markOff)
+	}
+	const set = `UPDATE conversations c SET max_seq = v.max_seq, updated_at = v.updated_at`
+	const from = ` FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(id, max_seq, updated_at, mark_off)`
+	if b.marks == 0 {
+		q.Queue(set+from+` WHERE c.id = v.id`, ids, maxSeqs, updated, markOffs)
+		return
+	}
+	q.Queue(`WITH s AS (UPDATE store_state SET mark = mark + $5 RETURNING mark) `+set+
+		`, mark = CASE WHEN v.mark_off > 0 THEN s.mark - $5 + v.mark_off ELSE c.mark END`+
+		from+`, s WHERE c.id = v.id`, ids, maxSeqs, updated, markOffs, b.marks)
+}
+
+// queueCursors raises the recipients' last cursors and inserts their events.
+func (b *appendBatch) queueCursors(q *pgx.Batch) {
+	if len(b.events.users) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(b.users))
+	lasts := make([]int64, 0, len(b.users))
+	for id, last := range b.users {
+		ids = append(ids, id)
+		lasts = append(lasts, last)
+	}
+	q.Queue(`UPDATE users u SET last_cursor = v.last FROM unnest($1::text[], $2::bigint[]) AS v(id, last)
+		WHERE u.id = v.id AND u.last_cursor < v.last`, ids, lasts)
+	e := b.events
+	q.Queue(`INSERT INTO events (user_id, cursor, type, conv_id, ts, seq)
+		SELECT u, c, $6, cv, t, s FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[])
+		AS v(u, c, cv, t, s)`, e.users, e.cursors, e.convs, e.ts, e.seq, store.EventMessage)
+}
+
+// queueMembers raises the senders' positions (GREATEST: never back) and shows the
+// write-fanout conversations again to members who had hidden them.
+func (b *appendBatch) queueMembers(q *pgx.Batch) {
+	if len(b.moved) > 0 {
+		var convs, users []string
+		var reads, delivs []int64
+		for k := range b.moved {
+			m := b.senders[k]
+			convs, users = append(convs, k.conv), append(users, k.user)
+			reads, delivs = append(reads, m.ReadSeq), append(delivs, m.DeliveredSeq)
+		}
+		q.Queue(`UPDATE members m SET read_seq = GREATEST(m.read_seq, v.r),
+			delivered_seq = GREATEST(m.delivered_seq, v.d), hidden = false
+			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS v(c, u, r, d)
+			WHERE m.conv_id = v.c AND m.user_id = v.u`, convs, users, reads, delivs)
+	}
+	if len(b.unhide) > 0 {
+		q.Queue(`UPDATE members SET hidden = false WHERE conv_id = ANY($1) AND hidden`, b.unhide)
+	}
+}

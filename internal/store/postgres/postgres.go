@@ -1,0 +1,257 @@
+// Package postgres is Parley's PostgreSQL backend, for running several stateless nodes on
+// one database (docs/deployment.md). It implements the same store contract as the
+// embedded engines, checked by the same conformance suite, with several processes writing
+// at once at READ COMMITTED.
+//
+// The contract's guarantees come from row locks, not from a single writer:
+//   - A conversation's seq, a user's cursor and the store-wide mark are counters in rows
+//     (conversations.max_seq, users.last_cursor, store_state.mark). Whoever raises one holds
+//     its row lock until commit, so values are handed out gapless and become visible in
+//     order, on any number of nodes.
+//   - Point reads inside an Update lock the row they read (FOR UPDATE), so an fn's
+//     read-modify-write of a row is atomic, as with one writer.
+//   - Positions only move forward: AdvancePositions is GREATEST in the UPDATE itself.
+//
+// Sends are group-committed per node: AppendMessage queues the message, and one goroutine
+// takes every queued append as a batch and writes it with two round trips and a dozen
+// set-based statements, whatever the batch's size (see appender). Other Updates run each
+// in its own transaction on the pool.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/parleychat/parley/internal/store"
+)
+
+// Options configures Open. Zero values select the defaults.
+type Options struct {
+	// URL is the connection string (postgres://user@host:port/db?sslmode=...; pgx's syntax,
+	// including search_path to put Parley's tables in a schema of their own). Required.
+	URL string
+	// MaxConns caps the connection pool. Default 16: one for the appender, the rest for
+	// Views and Updates, which hold a connection for a few round trips each.
+	MaxConns int
+	// MaxBatch caps how many appends share one transaction. Default 256.
+	MaxBatch int
+	// AppendTimeout bounds one batch of appends, retries included: a database that does not
+	// answer fails the batch with ErrUnavailable rather than holding its senders. Default 10s.
+	AppendTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.URL == "" {
+		return o, errors.New("postgres: Options.URL is required")
+	}
+	if o.MaxConns < 0 || o.MaxBatch < 0 || o.AppendTimeout < 0 {
+		return o, errors.New("postgres: Options.MaxConns, MaxBatch and AppendTimeout must not be negative")
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 16
+	}
+	o.MaxConns = max(o.MaxConns, 2) // the appender's connection and at least one other
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 256
+	}
+	if o.AppendTimeout == 0 {
+		o.AppendTimeout = 10 * time.Second
+	}
+	return o, nil
+}
+
+// Store is the PostgreSQL backend. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	pool *pgxpool.Pool
+	ap   *appender
+
+	// mu guards closed; calls hold it shared for their duration, so Close waits for them
+	// before closing the pool.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database, brings the schema up to date and starts the appender.
+// Close releases them.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse URL: %w", err)
+	}
+	cfg.MaxConns = int32(opts.MaxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := &Store{opts: opts, pool: pool}
+	s.ap = newAppender(pool, opts)
+	return s, nil
+}
+
+// enter marks the start of a call; it fails once the store is closed. The caller must call
+// s.mu.RUnlock when done.
+func (s *Store) enter(what string) error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return unavailable(what)
+	}
+	return nil
+}
+
+// Update implements store.Store: fn runs in its own READ COMMITTED transaction, with its
+// point reads locking their rows (see readTx.lock).
+func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if err := s.enter("update"); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return translate(err, "begin")
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit, a no-op
+	if err := fn(writeTx{readTx{tx: tx, lock: " FOR UPDATE"}}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// View implements store.Store on a REPEATABLE READ, READ ONLY transaction: one snapshot
+// for every statement of fn.
+func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error {
+	if err := s.enter("view"); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return translate(err, "begin view")
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	return fn(readTx{tx: tx})
+}
+
+// AppendMessage implements store.Store: StartAppend, then Wait.
+func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appended, error) {
+	return store.StartAndWait(ctx, s, m)
+}
+
+// StartAppend implements store.Store by queueing m for the appender, which applies queued
+// appends in queue order, one batch at a time.
+func (s *Store) StartAppend(ctx context.Context, m store.Message) (store.PendingAppend, error) {
+	if err := s.enter("append"); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	return s.ap.start(ctx, m)
+}
+
+// PruneEvents implements store.Store in one transaction: it removes the oldest events,
+// then, for each user they belonged to, every event at or below the highest cursor removed
+// (so that a clock step backwards leaves none behind), and raises the user's pruned bound.
+// The users' rows are locked in id order, the order the appender locks them in.
+func (s *Store) PruneEvents(ctx context.Context, before int64, limit int) (int, error) {
+	if err := s.enter("prune events"); err != nil {
+		return 0, err
+	}
+	defer s.mu.RUnlock()
+	removed := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `DELETE FROM events WHERE (user_id, cursor) IN (
+			SELECT user_id, cursor FROM events WHERE ts < $1 ORDER BY ts, user_id, cursor LIMIT $2)
+			RETURNING user_id, cursor`, before, max(limit, 0))
+		if err != nil {
+			return err
+		}
+		highest := make(map[string]int64)
+		for rows.Next() {
+			var u string
+			var c int64
+			if err := rows.Scan(&u, &c); err != nil {
+				return err
+			}
+			highest[u] = max(highest[u], c)
+			removed++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(highest) == 0 {
+			return nil
+		}
+		users := make([]string, 0, len(highest))
+		for u := range highest {
+			users = append(users, u)
+		}
+		slices.Sort(users)
+		cursors := make([]int64, len(users))
+		for i, u := range users {
+			cursors[i] = highest[u]
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM users WHERE id = ANY($1) ORDER BY id FOR UPDATE`, users); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM events e USING unnest($1::text[], $2::bigint[]) AS v(id, c)
+			WHERE e.user_id = v.id AND e.cursor <= v.c`, users, cursors)
+		if err != nil {
+			return err
+		}
+		removed += int(tag.RowsAffected())
+		_, err = tx.Exec(ctx, `UPDATE users u SET pruned_cursor = GREATEST(u.pruned_cursor, v.c)
+			FROM unnest($1::text[], $2::bigint[]) AS v(id, c) WHERE u.id = v.id`, users, cursors)
+		return err
+	})
+	if err != nil {
+		return 0, translate(err, "prune events")
+	}
+	return removed, nil
+}
+
+// Ping checks that the database answers, for health checks.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.enter("ping"); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := s.pool.Ping(ctx); err != nil {
+		return translate(err, "ping")
+	}
+	return nil
+}
+
+// Close implements store.Store (a second Close fails with ErrUnavailable): it refuses new calls, lets the appender finish what is
+// queued, waits for calls in progress and closes the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return unavailable("close")
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.ap.close()
+	s.pool.Close()
+	return nil
+}
