@@ -17,14 +17,15 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	fs := newFlagSet("user add", stderr)
 	data := fs.String("data", "./data", "data directory")
 	name := fs.String("name", "", "display name")
-	engine := fs.String("store", "", "storage engine of a new data directory (default: the directory's own, else pebble)")
+	engine := fs.String("store", "", "storage engine: pebble or sqlite for a new data directory (default: the directory's own, else pebble), or postgres")
+	pgURL := fs.String("postgres-url", "", "PostgreSQL connection string, with --store postgres")
 	if err := parseFlags(fs, reorder(args[1:]), getenv); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("usage: parley user add <user_id> [--name NAME] [--data DIR]")
 	}
-	svc, done, err := openData(ctx, *data, *engine)
+	svc, done, err := openData(ctx, *data, *engine, *pgURL)
 	if err != nil {
 		return err
 	}
@@ -47,14 +48,15 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs := newFlagSet("token", stderr)
 	data := fs.String("data", "./data", "data directory")
 	ttl := fs.Duration("ttl", 0, "token lifetime (default 30 days)")
-	engine := fs.String("store", "", "storage engine (default: the data directory's own)")
+	engine := fs.String("store", "", "storage engine (default: the data directory's own), or postgres")
+	pgURL := fs.String("postgres-url", "", "PostgreSQL connection string, with --store postgres")
 	if err := parseFlags(fs, reorder(args), getenv); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
 		return fmt.Errorf("usage: parley token <user_id> <device_id> [--ttl 720h] [--data DIR]")
 	}
-	svc, done, err := openData(ctx, *data, *engine)
+	svc, done, err := openData(ctx, *data, *engine, *pgURL)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&n.Gateway.LongPollsPerUser, "longpolls-per-user", n.Gateway.LongPollsPerUser, "long-polls one user may have waiting at once (one per device)")
 	fs.DurationVar(&n.Gateway.BodyTimeout, "body-timeout", n.Gateway.BodyTimeout, "time a client may take to send a request body (408 past it)")
 	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
-	fs.StringVar(&n.Engine, "store", "", "embedded storage engine, pebble or sqlite (default: the data directory's own, pebble for a new one)")
+	fs.StringVar(&n.Engine, "store", "", "storage engine: pebble or sqlite, embedded (default: the data directory's own, pebble for a new one), or postgres, shared by several nodes")
+	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user@host:5432/db?sslmode=...)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -92,6 +93,14 @@ func (c serveConfig) validate() error {
 	if s := c.Node.AdminSecret; s != "" && len(s) < minAdminSecret {
 		errs = append(errs, fmt.Errorf("--admin-secret (PARLEY_ADMIN_SECRET) is %d bytes long, it must be at least %d: "+
 			"use a random one (openssl rand -hex 32) or leave it unset to have one generated", len(s), minAdminSecret))
+	}
+	switch n := c.Node; {
+	case n.Engine == "postgres" && n.PostgresURL == "":
+		errs = append(errs, errors.New("--store postgres needs --postgres-url (PARLEY_POSTGRES_URL)"))
+	case n.Engine != "postgres" && n.PostgresURL != "":
+		errs = append(errs, errors.New("--postgres-url is only used with --store postgres"))
+	case n.Engine == "postgres" && n.Relaxed:
+		errs = append(errs, errors.New("--relaxed-durability is for the embedded engines; on PostgreSQL set synchronous_commit in the server or the URL"))
 	}
 	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) && !c.DebugPublic {
 		errs = append(errs, fmt.Errorf("--debug-addr %q is not a loopback address: pprof exposes the process's memory "+
@@ -153,16 +162,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-// openData opens the store and token signer of a data directory for the operator commands,
-// with the engine that created it; engine "" means the directory's own
+// openData opens the store and token signer of a data directory (or of the PostgreSQL
+// database at pgURL, with engine "postgres") for the operator commands, with the engine
+// that created it; engine "" means the directory's own
 // (server.DefaultEngine for a new directory). With SQLite (WAL) they work beside a running
 // server. Pebble allows one process per directory and the server keeps the hot state in its
 // memory, so on Pebble they take the server's lock: refused, with a pointer to the admin API,
 // while a server runs, and no server starts until they are done.
-func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), error) {
+func openData(ctx context.Context, dir, engine, pgURL string) (*chat.Service, func(), error) {
 	privateUmask()
 	cfg := server.DefaultConfig(dir)
-	cfg.Engine = engine
+	cfg.Engine, cfg.PostgresURL = engine, pgURL
 	unlock := func() {}
 	if server.EngineOf(cfg) == "pebble" {
 		var err error
@@ -178,11 +188,7 @@ func openData(ctx context.Context, dir, engine string) (*chat.Service, func(), e
 		unlock()
 		return nil, nil, fmt.Errorf("open store: %w", err)
 	}
-	signer, err := server.Signer(dir)
-	var dirKey []byte
-	if err == nil {
-		dirKey, err = server.DirectIDKey(dir)
-	}
+	signer, dirKey, err := server.Keys(server.Secrets(ctx, cfg, st))
 	if err != nil {
 		st.Close()
 		unlock()

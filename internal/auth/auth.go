@@ -133,11 +133,10 @@ func LoadOrCreateSecret(dir, name string) (secret string, created bool, err erro
 	if !errors.Is(err, os.ErrNotExist) {
 		return "", false, fmt.Errorf("auth: read secret: %w", err)
 	}
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return "", false, fmt.Errorf("auth: random: %w", err)
+	s, err := NewSecret()
+	if err != nil {
+		return "", false, err
 	}
-	s := hex.EncodeToString(raw)
 	switch err := createDurably(path, []byte(s+"\n")); {
 	case errors.Is(err, os.ErrExist): // another process made it first: use theirs
 		return LoadOrCreateSecret(dir, name)
@@ -145,6 +144,15 @@ func LoadOrCreateSecret(dir, name string) (secret string, created bool, err erro
 		return "", false, fmt.Errorf("auth: create secret: %w", err)
 	}
 	return s, true, nil
+}
+
+// NewSecret returns a new secret: 32 random bytes as 64 hex digits.
+func NewSecret() (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("auth: random: %w", err)
+	}
+	return hex.EncodeToString(raw), nil
 }
 
 // createDurably creates path holding data, or fails with os.ErrExist if it exists. The data

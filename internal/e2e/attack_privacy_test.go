@@ -136,6 +136,7 @@ func TestAttackComputeDirectID(t *testing.T) {
 func restartConfig(n *node) server.Config {
 	cfg := server.DefaultConfig(n.Dir)
 	cfg.AdminSecret = "test-admin-secret"
+	cfg.Engine, cfg.PostgresURL = n.Config.Engine, n.Config.PostgresURL
 	return cfg
 }
 
@@ -150,7 +151,7 @@ func TestLegacyDirectIDKept(t *testing.T) {
 	}
 	old.Stop(t)
 	legacy := legacyDirectID("alice", "bob")
-	writeLegacyDirect(t, old.Dir, legacy, "alice", "bob")
+	writeLegacyDirect(t, old.Config, legacy, "alice", "bob")
 
 	n := &node{parleytest.StartWith(t, restartConfig(old))}
 	alice, bob := n.Token(t, "alice", "d1"), n.Token(t, "bob", "d1")
@@ -174,10 +175,10 @@ func TestLegacyDirectIDKept(t *testing.T) {
 
 // writeLegacyDirect stores the direct conversation of a and b under id in the data
 // directory dir, with the server stopped, as a server from before keyed ids did.
-func writeLegacyDirect(t *testing.T, dir, id, a, b string) {
+func writeLegacyDirect(t *testing.T, cfg server.Config, id, a, b string) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := server.OpenStore(ctx, server.DefaultConfig(dir), nil)
+	st, err := server.OpenStore(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

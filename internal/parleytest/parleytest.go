@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/parleychat/parley/internal/server"
+	"github.com/parleychat/parley/internal/store/postgres/pgtest"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -25,20 +27,31 @@ type Server struct {
 	URL   string // http://127.0.0.1:port
 	WSURL string // ws://127.0.0.1:port/v1/ws
 	Dir   string // data directory
+	// Config is the configuration it was started with, to start it again on the same data.
+	Config server.Config
 }
 
-// Start runs a node on a fresh data directory and stops it when the test ends. configure,
+// Start runs a node on a fresh data directory (or database schema: see EnvStore) and stops
+// it when the test ends. configure,
 // if given, may change the configuration first. The admin secret is "test-admin-secret".
 func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 	tb.Helper()
 	cfg := server.DefaultConfig(tb.TempDir())
 	cfg.AdminSecret = "test-admin-secret"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv(EnvStore) == "postgres" {
+		cfg.Engine, cfg.PostgresURL = "postgres", pgtest.SchemaURL(tb, cfg.Data)
+	}
 	for _, f := range configure {
 		f(&cfg)
 	}
 	return StartWith(tb, cfg)
 }
+
+// EnvStore names the variable that selects the store of the nodes Start runs: unset for
+// the default embedded engine, "postgres" for a schema of its own in the test database
+// (pgtest), so that the same end-to-end tests check the PostgreSQL backend.
+const EnvStore = "PARLEY_TEST_STORE"
 
 // StartWith runs a node with cfg (its data directory may hold an earlier node's data) and
 // stops it when the test ends.
@@ -54,7 +67,7 @@ func StartWith(tb testing.TB, cfg server.Config) *Server {
 		tb.Fatal(err)
 	}
 	go srv.Serve(ln)
-	s := &Server{Server: srv, URL: "http://" + ln.Addr().String(), WSURL: "ws://" + ln.Addr().String() + "/v1/ws", Dir: cfg.Data}
+	s := &Server{Server: srv, URL: "http://" + ln.Addr().String(), WSURL: "ws://" + ln.Addr().String() + "/v1/ws", Dir: cfg.Data, Config: cfg}
 	tb.Cleanup(func() { s.Stop(tb) })
 	return s
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/parleychat/parley/internal/metrics"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/pebble"
+	"github.com/parleychat/parley/internal/store/postgres"
 	"github.com/parleychat/parley/internal/store/sqlite"
 )
 
@@ -33,7 +34,8 @@ var ErrDataInUse = errors.New("in use by another parley process")
 // Config is a node's configuration.
 type Config struct {
 	Data        string // data directory of the embedded store; required
-	Engine      string // embedded engine: "pebble" or "sqlite"; "" means the data directory's own, else DefaultEngine
+	Engine      string // "pebble" or "sqlite" (embedded), or "postgres"; "" means the data directory's own, else DefaultEngine
+	PostgresURL string // the database of Engine "postgres", shared by every node
 	Version     string // the binary's version, published in parley_build_info; "" reads "dev"
 	Relaxed     bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
 	AdminSecret string // empty: generated once into Data/admin.secret
@@ -72,9 +74,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
 		return nil, err
 	}
-	unlock, err := LockData(cfg.Data)
-	if err != nil {
-		return nil, err
+	unlock := func() {}
+	var room func() error
+	if !Shared(cfg) { // a database server is shared by design; a data directory must not be
+		var err error
+		if unlock, err = LockData(cfg.Data); err != nil {
+			return nil, err
+		}
+		room = diskRoom(cfg.Data)
 	}
 	m := metrics.New()
 	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
@@ -84,13 +91,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Server{Metrics: m, store: st, unlock: unlock, AdminSecret: cfg.AdminSecret}
-	signer, err := Signer(cfg.Data)
-	var dirKey []byte
-	if err == nil {
-		dirKey, err = DirectIDKey(cfg.Data)
-	}
+	secret := Secrets(ctx, cfg, st)
+	signer, dirKey, err := Keys(secret)
 	if err == nil && s.AdminSecret == "" {
-		s.AdminSecret, s.SecretCreated, err = auth.LoadOrCreateSecret(cfg.Data, auth.AdminSecretFile)
+		s.AdminSecret, s.SecretCreated, err = secret(auth.AdminSecretFile)
 	}
 	if err != nil {
 		st.Close()
@@ -98,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
-		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: diskRoom(cfg.Data)})
+		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
 	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
 	// deadline and cancels the request). The gateway bounds each request body with its own
@@ -115,11 +119,45 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// OpenStore opens the embedded engine cfg names in cfg.Data (by default the one whose files
-// are there, else DefaultEngine). A data directory belongs to the engine that created it: naming
-// another one is an error, not a second empty store. The directory is made private
-// (0700, its files 0600) once the engine has opened it.
+// Shared reports whether cfg's store is a database server that several nodes share
+// (PostgreSQL) rather than an embedded engine in a data directory.
+func Shared(cfg Config) bool { return cfg.Engine == "postgres" }
+
+// Secrets returns how the node reads its secrets (token signing key, direct-id key, admin
+// secret) by name, creating each on first use: files in the data directory of an embedded
+// store; rows of the shared database otherwise, so that every node has the same ones.
+func Secrets(ctx context.Context, cfg Config, st store.Store) func(name string) (string, bool, error) {
+	if pg, ok := st.(*postgres.Store); ok {
+		return func(name string) (string, bool, error) { return pg.Secret(ctx, name, auth.NewSecret) }
+	}
+	return func(name string) (string, bool, error) { return auth.LoadOrCreateSecret(cfg.Data, name) }
+}
+
+// Keys returns the token signer and the direct conversation id key, read with secret.
+func Keys(secret func(name string) (string, bool, error)) (*auth.Signer, []byte, error) {
+	key, _, err := secret(auth.SigningKeyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	dirKey, _, err := secret(auth.DirectIDKeyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return auth.NewSigner([]byte(key)), []byte(dirKey), nil
+}
+
+// OpenStore opens the store cfg names: PostgreSQL at cfg.PostgresURL, or the embedded
+// engine in cfg.Data (by default the one whose files are there, else DefaultEngine). A
+// data directory belongs to the engine that created it: naming another one is an error,
+// not a second empty store. The directory is made private (0700, its files 0600) once the
+// engine has opened it.
 func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
+	if Shared(cfg) {
+		if cfg.PostgresURL == "" {
+			return nil, errors.New("--store postgres needs --postgres-url (PARLEY_POSTGRES_URL)")
+		}
+		return postgres.Open(ctx, postgres.Options{URL: cfg.PostgresURL})
+	}
 	found := DetectEngine(cfg.Data)
 	engine := EngineOf(cfg)
 	if found != "" && found != engine {
@@ -133,7 +171,7 @@ func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration
 	case "pebble":
 		st, err = pebble.Open(ctx, pebble.Options{Dir: cfg.Data, Relaxed: cfg.Relaxed, OnCommit: onCommit})
 	default:
-		return nil, fmt.Errorf("unknown storage engine %q (pebble or sqlite)", cfg.Engine)
+		return nil, fmt.Errorf("unknown storage engine %q (pebble, sqlite or postgres)", cfg.Engine)
 	}
 	if err != nil {
 		return nil, err
@@ -156,7 +194,12 @@ const DefaultEngine = "pebble"
 
 // EngineOf names the engine OpenStore opens for cfg: the one cfg names, else the data
 // directory's own, else DefaultEngine.
-func EngineOf(cfg Config) string { return cmp.Or(cfg.Engine, DetectEngine(cfg.Data), DefaultEngine) }
+func EngineOf(cfg Config) string {
+	if cfg.Engine != "" {
+		return cfg.Engine
+	}
+	return cmp.Or(DetectEngine(cfg.Data), DefaultEngine)
+}
 
 // DetectEngine names the engine whose files dataDir holds, or "" for a new directory.
 func DetectEngine(dataDir string) string {
@@ -167,22 +210,6 @@ func DetectEngine(dataDir string) string {
 		return "sqlite"
 	}
 	return ""
-}
-
-// Signer returns the token signer of a data directory, creating its key on first use.
-func Signer(dataDir string) (*auth.Signer, error) {
-	key, _, err := auth.LoadOrCreateSecret(dataDir, auth.SigningKeyFile)
-	if err != nil {
-		return nil, err
-	}
-	return auth.NewSigner([]byte(key)), nil
-}
-
-// DirectIDKey returns the key of the direct conversation ids of a data directory, creating
-// it on first use.
-func DirectIDKey(dataDir string) ([]byte, error) {
-	key, _, err := auth.LoadOrCreateSecret(dataDir, auth.DirectIDKeyFile)
-	return []byte(key), err
 }
 
 // Serve accepts connections on ln until Shutdown; it returns http.ErrServerClosed then.

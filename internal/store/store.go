@@ -40,7 +40,11 @@ type Store interface {
 	// before it started. fn may run on a goroutine of the backend (SQLite runs every fn on
 	// its one writer goroutine), so it must not call the Store itself (a nested Update would
 	// deadlock) nor call t.Fatal. A method of tx that returns ErrNotFound or ErrExists leaves
-	// the transaction usable: fn may handle the error and go on.
+	// the transaction usable: fn may handle the error and go on. A backend with several
+	// writers may run fn more than once: when the database rolled an attempt back as a
+	// whole (a deadlock between transactions), it runs fn again on a new transaction, so fn
+	// must leave nothing behind but its writes through tx (set its results, do not append
+	// to them).
 	Update(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction that sees one consistent snapshot.
 	View(ctx context.Context, fn func(tx ReadTx) error) error

@@ -118,12 +118,24 @@ func (s *Store) enter(what string) error {
 }
 
 // Update implements store.Store: fn runs in its own READ COMMITTED transaction, with its
-// point reads locking their rows (see readTx.lock).
+// point reads locking their rows (see readTx.lock). Transactions that lock rows in
+// different orders can deadlock (two users creating their direct conversation at once);
+// PostgreSQL then rolls one back, and Update runs its fn again, as the contract allows.
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	if err := s.enter("update"); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	for attempt := 1; ; attempt++ {
+		err := s.updateOnce(ctx, fn)
+		if !retryable(err) || attempt == maxAttempts || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond) // let the other transaction finish
+	}
+}
+
+func (s *Store) updateOnce(ctx context.Context, fn func(tx store.Tx) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return translate(err, "begin")
@@ -227,6 +239,32 @@ func (s *Store) PruneEvents(ctx context.Context, before int64, limit int) (int, 
 		return 0, translate(err, "prune events")
 	}
 	return removed, nil
+}
+
+// Secret returns the secret stored under name, storing create's answer first when there is
+// none: nodes started together all get the one that was stored first. created reports
+// that this call stored it.
+func (s *Store) Secret(ctx context.Context, name string, create func() (string, error)) (secret string, created bool, err error) {
+	if err := s.enter("secret"); err != nil {
+		return "", false, err
+	}
+	defer s.mu.RUnlock()
+	err = s.pool.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&secret)
+	if err == nil {
+		return secret, false, nil
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return "", false, translate(err, "read secret "+name)
+	}
+	fresh, err := create()
+	if err != nil {
+		return "", false, err
+	}
+	err = s.pool.QueryRow(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET value = secrets.value RETURNING value`, name, fresh).Scan(&secret)
+	if err != nil {
+		return "", false, translate(err, "store secret "+name)
+	}
+	return secret, secret == fresh, nil
 }
 
 // Ping checks that the database answers, for health checks.

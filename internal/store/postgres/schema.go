@@ -97,6 +97,13 @@ func schemaV1() []string {
 			mark bigint  NOT NULL
 		)`,
 		`INSERT INTO store_state (mark) VALUES (0)`,
+		// The node-wide secrets (token signing key, direct-conversation id key, admin
+		// secret) that an embedded node keeps in its data directory: every node must share
+		// them, and the database is what they share.
+		`CREATE TABLE secrets (
+			name  text NOT NULL PRIMARY KEY,
+			value text NOT NULL
+		)`,
 	}
 }
 
