@@ -56,7 +56,7 @@ func (r *appendReq) answer(res store.Appended, err error) {
 // to MaxBatch) and applies the batch in one transaction of two round trips:
 //
 //  1. lock the batch's conversations, then read the senders' member rows (locked), the
-//     members of the write-fanout conversations, the recipients' users (locked), and the
+//     members of the write-fanout conversations with their users (locked), and the
 //     messages the batch might repeat;
 //  2. with the seqs and cursors computed here, write the messages, the conversations, the
 //     users' cursors, the events and the members' positions with one set-based statement
@@ -232,6 +232,7 @@ type convState struct {
 type memberLite struct {
 	user    string
 	ordinal int64
+	hidden  bool
 }
 
 // appendBatch is one attempt at a batch: what the first round trip read, what apply
@@ -257,7 +258,7 @@ type appendBatch struct {
 	marks       int64
 	events      eventRows
 	moved       map[memberKey]bool // sender rows whose positions apply raised
-	unhide      []string           // write-fanout conversations that got a message
+	unhide      []string           // write-fanout conversations with members to show it to again
 }
 
 // eventRows are the columns of the "message" events to insert.
@@ -299,14 +300,15 @@ const (
 	lockSendersSQL = `SELECT ` + memberCols + ` FROM members
 		WHERE (conv_id, user_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY conv_id, user_id FOR UPDATE`
-	// Every member of the write-fanout conversations gets an event. Membership cannot
-	// change meanwhile: every change of it locks the conversation first.
-	writeFanoutMembersSQL = `SELECT conv_id, user_id, ordinal FROM members
-		WHERE conv_id IN (SELECT id FROM conversations WHERE id = ANY($1) AND read_from = 0)`
-	lockUsersSQL = `SELECT id, last_cursor FROM users WHERE id IN (
-		SELECT user_id FROM members WHERE conv_id IN (
-			SELECT id FROM conversations WHERE id = ANY($1) AND read_from = 0))
-		ORDER BY id FOR UPDATE`
+	// Every member of the write-fanout conversations gets an event under its user's next
+	// cursor: the members, with their users' rows locked in user order. Membership and
+	// members' hidden flags cannot change meanwhile: every change of them locks the
+	// conversation first. A user in several of the batch's conversations comes once per
+	// conversation; locking a row twice is harmless.
+	lockRecipientsSQL = `SELECT m.conv_id, m.user_id, m.ordinal, m.hidden, u.last_cursor
+		FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.conv_id IN (SELECT id FROM conversations WHERE id = ANY($1) AND read_from = 0)
+		ORDER BY u.id FOR UPDATE OF u`
 	dedupSQL = `SELECT ` + msgCols + ` FROM messages
 		WHERE (sender_id, client_msg_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 )
@@ -317,8 +319,7 @@ func (b *appendBatch) lockAndRead(ctx context.Context, c *pgx.Conn) error {
 	q.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	q.Queue(lockConvsSQL, b.convIDs)
 	q.Queue(lockSendersSQL, b.senderConvs, b.senderUsers)
-	q.Queue(writeFanoutMembersSQL, b.convIDs)
-	q.Queue(lockUsersSQL, b.convIDs)
+	q.Queue(lockRecipientsSQL, b.convIDs)
 	q.Queue(dedupSQL, b.dedupSenders, b.dedupClientIDs)
 	br := c.SendBatch(ctx, q)
 	err := b.readResults(br)
@@ -345,26 +346,19 @@ func (b *appendBatch) readResults(br pgx.BatchResults) error {
 	}); err != nil {
 		return err
 	}
+	b.users = make(map[string]int64)
 	if err := eachRow(br, func(r pgx.Rows) error {
 		var conv string
 		var m memberLite
-		if err := r.Scan(&conv, &m.user, &m.ordinal); err != nil {
+		var last int64
+		if err := r.Scan(&conv, &m.user, &m.ordinal, &m.hidden, &last); err != nil {
 			return err
 		}
 		if cs := b.convs[conv]; cs != nil {
 			cs.members = append(cs.members, m)
 		}
+		b.users[m.user] = last
 		return nil
-	}); err != nil {
-		return err
-	}
-	b.users = make(map[string]int64)
-	if err := eachRow(br, func(r pgx.Rows) error {
-		var id string
-		var last int64
-		err := r.Scan(&id, &last)
-		b.users[id] = last
-		return err
 	}); err != nil {
 		return err
 	}
@@ -434,8 +428,8 @@ func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
 		b.marks++
 		cs.markOff = b.marks
 	} else {
-		if !slices.Contains(b.unhide, c.ID) {
-			b.unhide = append(b.unhide, c.ID)
+		if !slices.Contains(b.unhide, c.ID) && slices.ContainsFunc(cs.members, func(m memberLite) bool { return m.hidden && m.user != sender.UserID }) {
+			b.unhide = append(b.unhide, c.ID) // the sender's own row is raised below
 		}
 		for _, mem := range cs.members {
 			b.users[mem.user]++

@@ -93,6 +93,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
 	cfg.MaxConns = int32(opts.MaxConns)
+	// Every statement is prepared once per connection and run with generic plans: they
+	// are point lookups and set-based writes keyed by primary keys, whose best plan does
+	// not depend on the values, and re-planning each execution (PostgreSQL's default for a
+	// prepared statement's first runs, and whenever a custom plan looks cheaper) cost more
+	// CPU than executing them.
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
