@@ -786,24 +786,3 @@ func (w *crashWorld) verifySync(ctx context.Context, baseURL string) {
 		}
 	}
 }
-
-// TestClusterCrashRecovery runs the crash test on three nodes sharing one PostgreSQL
-// database, users spread over them: in round 1 one node is killed with SIGKILL mid-traffic
-// and its users move to the two others, in round 2 a second one, and the last node runs
-// the final round alone. The checks are the single node's: no acked message lost or
-// doubled, every re-send deduplicated (on another node than the first send), every
-// conversation and every log gapless.
-func TestClusterCrashRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test runs subprocess servers; skipped in -short mode")
-	}
-	w := &crashWorld{t: t, dir: t.TempDir(), ofUser: map[int][]int{}, byID: map[string]int{}}
-	args := crashArgs(t, "postgres")
-	cluster := make([]*proc, 3)
-	for i := range cluster {
-		cluster[i] = startServe(t, t.TempDir(), args...)
-	}
-	w.crashRounds(cluster[0].URL, func(round int) []*proc {
-		return cluster[min(round, 3)-1:] // round 1: all three; 2: the two left; 3: the last
-	}, func(round int) *proc { return cluster[round] })
-}

@@ -161,11 +161,28 @@ func (s *Service) writeSucceeded() {
 // Healthy reports whether the store answers reads and writes succeed: a server whose disk
 // is full still accepts connections, but should not be reported as healthy while every
 // send gets 503. Once a write has failed, Healthy reports that failure until a later write
-// succeeds with room on the disk (see Options.Room).
+// succeeds with room on the disk (see Options.Room); with room, it tries one itself (a
+// transaction that writes nothing), so a node recovers from a lost database on its own.
 func (s *Service) Healthy(ctx context.Context) error {
 	s.writeMu.Lock()
 	failed := s.writeErr
 	s.writeMu.Unlock()
+	if failed != nil && s.room() == nil {
+		// Probe with a write of nothing, so that a node whose database came back reports
+		// healthy by itself: a load balancer that stopped sending it traffic because of
+		// this check would otherwise never see a write succeed.
+		probe := s.st.Update(ctx, func(tx store.Tx) error {
+			_, err := tx.Conversation(ctx, "")
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+		if probe == nil {
+			s.writeSucceeded()
+			failed = nil
+		}
+	}
 	if failed != nil {
 		return fmt.Errorf("%w: the last write failed and no write has succeeded since with room on the disk: %v", ErrUnavailable, failed)
 	}
