@@ -4,15 +4,22 @@ package parleytest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"log"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +36,8 @@ type Server struct {
 	Dir   string // data directory
 	// Config is the configuration it was started with, to start it again on the same data.
 	Config server.Config
+	// Nodes are the nodes of a cluster (see EnvNodes); nil for a single node.
+	Nodes []*Server
 }
 
 // Start runs a node on a fresh data directory (or database schema: see EnvStore) and stops
@@ -53,9 +62,41 @@ func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 // (pgtest), so that the same end-to-end tests check the PostgreSQL backend.
 const EnvStore = "PARLEY_TEST_STORE"
 
+// EnvNodes names the variable that makes Start and StartWith run a cluster: with
+// PARLEY_TEST_NODES=3 and EnvStore=postgres, three nodes share the test's schema, and the
+// Server's URL is a load balancer in front of them that sends every request and every
+// WebSocket to one of them at random. The Server's own fields (Service, Gateway...) are
+// the first node's.
+const EnvNodes = "PARLEY_TEST_NODES"
+
 // StartWith runs a node with cfg (its data directory may hold an earlier node's data) and
-// stops it when the test ends.
+// stops it when the test ends; a cluster of them with EnvNodes.
 func StartWith(tb testing.TB, cfg server.Config) *Server {
+	tb.Helper()
+	n, _ := strconv.Atoi(os.Getenv(EnvNodes))
+	if n < 2 || !server.Shared(cfg) {
+		s := startNode(tb, cfg)
+		tb.Cleanup(func() { s.Stop(tb) })
+		return s
+	}
+	nodes := make([]*Server, n)
+	for i := range nodes {
+		c := cfg
+		if i > 0 {
+			c.Data = tb.TempDir() // the node's files (none that matter: the store is shared)
+		}
+		nodes[i] = startNode(tb, c)
+	}
+	s := *nodes[0]
+	s.Nodes = nodes
+	base := balance(tb, nodes)
+	s.URL, s.WSURL = "http://"+base, "ws://"+base+"/v1/ws"
+	tb.Cleanup(func() { s.Stop(tb) })
+	return &s
+}
+
+// startNode runs one node on a loopback port.
+func startNode(tb testing.TB, cfg server.Config) *Server {
 	tb.Helper()
 	srv, err := server.New(context.Background(), cfg)
 	if err != nil {
@@ -67,13 +108,61 @@ func StartWith(tb testing.TB, cfg server.Config) *Server {
 		tb.Fatal(err)
 	}
 	go srv.Serve(ln)
-	s := &Server{Server: srv, URL: "http://" + ln.Addr().String(), WSURL: "ws://" + ln.Addr().String() + "/v1/ws", Dir: cfg.Data, Config: cfg}
-	tb.Cleanup(func() { s.Stop(tb) })
-	return s
+	return &Server{Server: srv, URL: "http://" + ln.Addr().String(), WSURL: "ws://" + ln.Addr().String() + "/v1/ws", Dir: cfg.Data, Config: cfg}
 }
 
-// Stop drains the node (as SIGTERM does). It is safe to call more than once.
+// balance serves a load balancer in front of nodes until the test ends and returns its
+// address. Each credential (a device's token, the admin secret) is sent to a node chosen
+// at random when first seen, and stays there, as a client that keeps its connection to
+// one node; a user's devices, and the operator, are thus on different nodes. Requests
+// without a credential go to a random node each.
+func balance(tb testing.TB, nodes []*Server) string {
+	tb.Helper()
+	targets := make([]*url.URL, len(nodes))
+	for i, n := range nodes {
+		targets[i], _ = url.Parse(n.URL)
+	}
+	var mu sync.Mutex
+	placed := map[string]*url.URL{}
+	pick := func(r *http.Request) *url.URL {
+		cred := cmp.Or(r.Header.Get("Authorization"), r.URL.Query().Get("token"))
+		if cred == "" {
+			return targets[rand.IntN(len(targets))]
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if placed[cred] == nil {
+			placed[cred] = targets[rand.IntN(len(targets))]
+		}
+		return placed[cred]
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(pick(r.In))
+			r.Out.Host = r.In.Host
+		},
+		FlushInterval: -1, // long-polls and streamed bodies pass at once
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hs := &http.Server{Handler: proxy}
+	go hs.Serve(ln)
+	tb.Cleanup(func() { hs.Close() })
+	return ln.Addr().String()
+}
+
+// Stop drains the node, or every node of a cluster (as SIGTERM does). It is safe to call
+// more than once.
 func (s *Server) Stop(tb testing.TB) {
+	if s.Nodes != nil {
+		for _, n := range s.Nodes {
+			n.Stop(tb)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "closed") {
