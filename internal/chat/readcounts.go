@@ -26,6 +26,10 @@ import (
 type readCounts struct {
 	seed   maphash.Seed
 	shards [countShards]countShard
+	// onHold, if set (on one of several nodes), is told whether a group is held or being
+	// built, so that the node receives the raises other nodes commit for it (cluster.go).
+	// It is called with the shard's lock held.
+	onHold func(convID string, on bool)
 }
 
 const countShards = 64
@@ -105,12 +109,14 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 	if b == nil {
 		b = &buildInFlight{}
 		r.building[convID] = b
+		rc.held(r, convID) // before the snapshot, so that no raise after it is missed
 	}
 	b.n++
 	r.mu.Unlock()
 	return func(ms []store.Member) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		defer rc.held(r, convID)
 		if b.n--; b.n == 0 {
 			delete(r.building, convID)
 		}
@@ -122,6 +128,7 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 			for id, c := range r.convs { // arbitrary ones go; they are built again when asked
 				r.members -= len(c.pos)
 				delete(r.convs, id)
+				rc.held(r, id)
 				if r.members+len(ms) <= maxCountedMembers {
 					break
 				}
@@ -153,7 +160,9 @@ func (rc *readCounts) advance(convID, user string, read, delivered int64) {
 		b.raised = append(b.raised, raise{user, read, delivered})
 	}
 	if c := r.convs[convID]; c != nil {
-		r.raiseLocked(convID, c, user, read, delivered)
+		if r.raiseLocked(convID, c, user, read, delivered); r.convs[convID] == nil {
+			rc.held(r, convID) // dropped
+		}
 	}
 }
 
@@ -201,6 +210,7 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 	for _, m := range joined {
 		if _, in := c.pos[m.UserID]; in {
 			r.dropLocked(convID)
+			rc.held(r, convID)
 			return
 		}
 		c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
@@ -212,6 +222,7 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 		p, in := c.pos[u]
 		if !in {
 			r.dropLocked(convID)
+			rc.held(r, convID)
 			return
 		}
 		delete(c.pos, u)
@@ -221,10 +232,32 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 	}
 }
 
-// dropLocked forgets convID. r.mu must be held.
+// dropLocked forgets convID. r.mu must be held. It does not tell onHold: its callers hold
+// convID still (a build), or are about to tell it.
 func (r *countShard) dropLocked(convID string) {
 	if c := r.convs[convID]; c != nil {
 		r.members -= len(c.pos)
 		delete(r.convs, convID)
+	}
+}
+
+// forget drops convID's counts, and makes the builds under way throw theirs away: its
+// members changed on another node, which sends the change, not the members.
+func (rc *readCounts) forget(convID string) {
+	r := rc.shard(convID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.building[convID]; b != nil {
+		b.stale = true
+	}
+	r.dropLocked(convID)
+	rc.held(r, convID)
+}
+
+// held tells onHold whether convID is held or being built in r, its shard. r.mu must be
+// held.
+func (rc *readCounts) held(r *countShard, convID string) {
+	if rc.onHold != nil && isGroupID(convID) {
+		rc.onHold(convID, r.convs[convID] != nil || r.building[convID] != nil)
 	}
 }

@@ -21,6 +21,10 @@ type recentMessages struct {
 	// drops counts the drops (recalls): a message read before one may be the version it
 	// changed, so an add whose epoch (the count when its reading began) is older is refused.
 	drops atomic.Uint64
+	// onHold, if set (on one of several nodes), is told when a conversation is held and when
+	// it no longer is, so that the node hears of recalls on the others (cluster.go). It is
+	// called with mu held.
+	onHold func(convID string, on bool)
 }
 
 // recentPerConv is how many messages a conversation keeps (the design's "last 200").
@@ -49,19 +53,22 @@ func (r *recentMessages) add(m store.Message, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if epoch != r.drops.Load() {
-		delete(r.convs, m.ConvID)
+		r.deleteLocked(m.ConvID)
 		return
 	}
 	c := r.convs[m.ConvID]
 	if c == nil {
 		if len(r.convs) >= maxRecentConvs {
 			for id := range r.convs {
-				delete(r.convs, id)
+				r.deleteLocked(id)
 				break
 			}
 		}
 		c = &recentConv{msgs: make(map[int64]store.Message), low: m.Seq, high: m.Seq - 1}
 		r.convs[m.ConvID] = c
+		if r.onHold != nil {
+			r.onHold(m.ConvID, true)
+		}
 	}
 	if m.Seq < c.low {
 		return // older than the window: the store has it
@@ -82,9 +89,20 @@ func (r *recentMessages) add(m store.Message, epoch uint64) {
 // drop forgets a conversation (a message of it changed).
 func (r *recentMessages) drop(convID string) {
 	r.mu.Lock()
-	delete(r.convs, convID)
+	r.deleteLocked(convID)
 	r.drops.Add(1)
 	r.mu.Unlock()
+}
+
+// deleteLocked forgets convID, if held. r.mu must be held.
+func (r *recentMessages) deleteLocked(convID string) {
+	if _, ok := r.convs[convID]; !ok {
+		return
+	}
+	delete(r.convs, convID)
+	if r.onHold != nil {
+		r.onHold(convID, false)
+	}
 }
 
 // page returns the messages of convID that History answers for q (ascending, and whether

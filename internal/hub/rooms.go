@@ -102,7 +102,7 @@ func (h *Hub) Follow(s *Subscription, convID string, seen, maxSeq int64) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rm := sh.roomLocked(convID)
+	rm := sh.roomLocked(h, convID)
 	rm.maxSeq = max(rm.maxSeq, maxSeq)
 	rm.known = true
 	subs := rm.members[s.userID]
@@ -160,13 +160,24 @@ func (rm *room) slot(i int64) map[*Subscription]*follow {
 }
 
 // roomLocked returns convID's room, made if there is none. sh.mu must be held.
-func (sh *roomShard) roomLocked(convID string) *room {
+func (sh *roomShard) roomLocked(h *Hub, convID string) *room {
 	rm := sh.rooms[convID]
 	if rm == nil {
 		rm = &room{id: convID, members: make(map[string]map[*Subscription]*follow), open: make(map[*Subscription]struct{}), pending: make(map[int64]*Body)}
 		sh.rooms[convID] = rm
+		if h.interest != nil {
+			h.interest.Room(convID, true)
+		}
 	}
 	return rm
+}
+
+// closeRoomLocked forgets convID's room. sh.mu must be held.
+func (sh *roomShard) closeRoomLocked(h *Hub, convID string) {
+	delete(sh.rooms, convID)
+	if h.interest != nil {
+		h.interest.Room(convID, false)
+	}
 }
 
 // Unfollow ends s's membership of convID's room (the user left the conversation).
@@ -201,7 +212,7 @@ func (h *Hub) unfollowLocked(s *Subscription, convID string) {
 		}
 	}
 	if len(rm.members) == 0 && rm.timer == nil {
-		delete(sh.rooms, convID) // else its round decides (see idleRoom)
+		sh.closeRoomLocked(h, convID) // else its round decides (see idleRoom)
 	}
 }
 
@@ -310,7 +321,7 @@ const idleRoom = 5 * time.Second
 func (h *Hub) Message(convID string, seq int64, senderID string, body *Body) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
-	rm := sh.roomLocked(convID)
+	rm := sh.roomLocked(h, convID)
 	rm.lastMessage = h.rooms.now()
 	for _, f := range rm.members[senderID] {
 		f.seen = max(f.seen, seq)
@@ -475,7 +486,7 @@ func (h *Hub) round(convID string, rm *room) {
 	}
 	if len(rm.members) == 0 {
 		if idle := h.rooms.now().Sub(rm.lastMessage); idle >= idleRoom {
-			delete(sh.rooms, convID)
+			sh.closeRoomLocked(h, convID)
 		} else {
 			rm.timer = time.AfterFunc(idleRoom-idle, func() { h.round(convID, rm) })
 		}

@@ -14,9 +14,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/gateway"
 	"github.com/parleychat/parley/internal/hub"
@@ -41,6 +43,17 @@ type Config struct {
 	Gateway     gateway.Config
 	Logger      *slog.Logger // default slog.Default()
 	Now         func() time.Time
+	// BusURL links the node to the other nodes on the same store: "" is a single node,
+	// "nats://host:port" (a comma-separated list is allowed) the NATS server(s) they share.
+	// The node fails to start if none answers.
+	BusURL string
+	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
+	// several nodes in one process on one bus.Memory.
+	Bus bus.Bus
+	// Store, if set, is an open store used instead of the embedded one in Data; the caller
+	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
+	// which nodes sharing a store must share, and is not locked, so that they may share it.
+	Store store.Store
 }
 
 // DefaultConfig returns the defaults for a node storing in dataDir.
@@ -58,6 +71,7 @@ type Server struct {
 	SecretCreated bool
 
 	store  store.Store
+	closes []func() error // what Close closes, the store and bus the node opened itself
 	http   *http.Server
 	stopBG context.CancelFunc
 	unlock func()
@@ -72,18 +86,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
 		return nil, err
 	}
-	unlock, err := LockData(cfg.Data)
+	m := metrics.New()
+	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
+	st, unlock, err := openOwnStore(ctx, cfg, m)
 	if err != nil {
 		return nil, err
 	}
-	m := metrics.New()
-	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
-	st, err := OpenStore(ctx, cfg, m.ObserveCommit)
-	if err != nil {
-		unlock()
-		return nil, fmt.Errorf("open store: %w", err)
-	}
 	s := &Server{Metrics: m, store: st, unlock: unlock, AdminSecret: cfg.AdminSecret}
+	if cfg.Store == nil {
+		s.closes = append(s.closes, st.Close)
+	}
+	b := cfg.Bus
+	if b == nil && cfg.BusURL != "" {
+		nb, err := openBus(cfg.BusURL)
+		if err != nil {
+			s.closeOwn()
+			return nil, err
+		}
+		b = nb
+		s.closes = append(s.closes, nb.Close)
+	}
 	signer, err := Signer(cfg.Data)
 	var dirKey []byte
 	if err == nil {
@@ -93,12 +115,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.AdminSecret, s.SecretCreated, err = auth.LoadOrCreateSecret(cfg.Data, auth.AdminSecretFile)
 	}
 	if err != nil {
-		st.Close()
-		unlock()
+		s.closeOwn()
 		return nil, err
 	}
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
-		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: diskRoom(cfg.Data)})
+		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: diskRoom(cfg.Data), Bus: b})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
 	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
 	// deadline and cancels the request). The gateway bounds each request body with its own
@@ -113,6 +134,40 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.stopBG = stop
 	go s.Service.RunRetention(bg, time.Hour)
 	return s, nil
+}
+
+// openOwnStore returns cfg.Store if set (with nothing to unlock), else locks cfg.Data and
+// opens the embedded store there.
+func openOwnStore(ctx context.Context, cfg Config, m *metrics.Metrics) (store.Store, func(), error) {
+	if cfg.Store != nil {
+		return cfg.Store, func() {}, nil
+	}
+	unlock, err := LockData(cfg.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := OpenStore(ctx, cfg, m.ObserveCommit)
+	if err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("open store: %w", err)
+	}
+	return st, unlock, nil
+}
+
+// openBus connects to the NATS server(s) of url, a comma-separated list of nats:// or
+// tls:// URLs.
+func openBus(url string) (*bus.NATS, error) {
+	for _, u := range strings.Split(url, ",") {
+		if u = strings.TrimSpace(u); !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
+			return nil, fmt.Errorf("bus %q: want nats://host:port (or tls://)", u)
+		}
+	}
+	host, _ := os.Hostname()
+	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host})
+	if err != nil {
+		return nil, fmt.Errorf("open bus: %w", err)
+	}
+	return b, nil
 }
 
 // OpenStore opens the embedded engine cfg names in cfg.Data (by default the one whose files
@@ -198,10 +253,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(err, s.Close())
 }
 
-// Close stops background work and closes the store without draining.
+// Close stops background work and closes the store (and bus) without draining, unless the
+// caller gave them (Config.Store, Config.Bus).
 func (s *Server) Close() error {
 	s.stopBG()
-	err := s.store.Close()
+	return s.closeOwn()
+}
+
+// closeOwn closes what the node opened itself, the bus before the store, and unlocks Data.
+func (s *Server) closeOwn() error {
+	var errs []error
+	for i := len(s.closes) - 1; i >= 0; i-- {
+		errs = append(errs, s.closes[i]())
+	}
+	s.closes = nil
 	s.unlock()
-	return err
+	return errors.Join(errs...)
 }
