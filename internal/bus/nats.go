@@ -102,6 +102,18 @@ func (b *NATS) Subscribe(subject string, handler func(data []byte)) (Subscriptio
 	return natsSub{sub: sub, nc: b.nc}, nil
 }
 
+// Flush returns once the NATS server has processed everything this bus sent before it,
+// the subscriptions made included: a message another connection publishes after Flush
+// returns reaches them. (Subscribe alone only queues the subscription for the server.) It
+// waits at most timeout, and returns an error wrapping ErrUnavailable while disconnected:
+// the subscriptions are then restored on reconnection.
+func (b *NATS) Flush(timeout time.Duration) error {
+	if err := b.nc.FlushTimeout(timeout); err != nil {
+		return b.translate(err)
+	}
+	return nil
+}
+
 // Close implements Bus. It closes the connection without draining: undelivered wake-ups are
 // not worth waiting for.
 func (b *NATS) Close() error {

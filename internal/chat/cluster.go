@@ -120,6 +120,7 @@ func newCluster(s *Service, b bus.Bus) *cluster {
 		s.log.Error("bus: subscribe to revocations", "err", err)
 	}
 	c.revokeSub = sub
+	c.flush()
 	return c
 }
 
@@ -322,6 +323,28 @@ func (s *Service) BusState() string {
 func (s *Service) DeviceConnected(me Identity, since int64) {
 	if s.cluster != nil {
 		s.cluster.deviceConnected(me, since)
+	}
+}
+
+// flushTimeout bounds AwaitSubscriptions' wait for the bus's server.
+const flushTimeout = time.Second
+
+// AwaitSubscriptions returns once the bus subscriptions this node made so far (for the hub
+// subscriptions, rooms and watches just made) reach the bus's server, so that what other
+// nodes commit after it returns wakes them. Without a bus, or on one that subscribes
+// synchronously (bus.Memory), it returns at once. A bus that does not answer within a
+// second is not waited for: its wake-ups are lost until it is back, and readers catch up
+// by their next sync.
+func (s *Service) AwaitSubscriptions() {
+	if s.cluster != nil {
+		s.cluster.flush()
+	}
+}
+
+// flush is AwaitSubscriptions.
+func (c *cluster) flush() {
+	if f, ok := c.bus.(interface{ Flush(time.Duration) error }); ok {
+		_ = f.Flush(flushTimeout)
 	}
 }
 

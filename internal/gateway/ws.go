@@ -104,11 +104,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.finished.Add(1)
 	c.writer.Store(writerRunning) // until run starts the first writer, wake starts none
 	c.sub = g.svc.Hub().WatchDevice(me.UserID, me.DeviceID, c.since, g.cfg.SendQueue, c.wake)
+	g.svc.AwaitSubscriptions() // other nodes' commits from now on wake it too
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
 		c.last, err = g.svc.LatestCursor(r.Context(), me.UserID)
 	}
 	if err == nil {
 		err = c.followReadFanout(r.Context(), mark)
+		g.svc.AwaitSubscriptions() // the rooms' too
 	}
 	if err != nil {
 		c.sub.Close()

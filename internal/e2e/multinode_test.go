@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/parleychat/parley/internal/bus"
+	"github.com/parleychat/parley/internal/parleytest"
+	"github.com/parleychat/parley/internal/server"
+)
+
+// Several nodes in one process, sharing one store and linked by a bus (docs/design.md,
+// "Several nodes"): each flow runs on the in-process bus and on NATS, when one is reachable
+// at $PARLEY_TEST_NATS_URL or nats://127.0.0.1:4222.
+
+// natsTestURL is the NATS server the NATS variants use.
+func natsTestURL() string {
+	if u := os.Getenv("PARLEY_TEST_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// busMaker returns the bus of one more node.
+type busMaker func(t *testing.T) bus.Bus
+
+// eachBus runs f once on an in-process bus shared by the nodes, and once on NATS with a
+// connection per node (skipped, saying how to start it, when NATS is not reachable).
+func eachBus(t *testing.T, f func(t *testing.T, newBus busMaker)) {
+	t.Run("memory", func(t *testing.T) {
+		m := bus.NewMemory(bus.MemoryOptions{})
+		t.Cleanup(func() { m.Close() }) // after the nodes', registered later
+		f(t, func(*testing.T) bus.Bus { return m })
+	})
+	t.Run("nats", func(t *testing.T) {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		prefix := "t" + hex.EncodeToString(b[:]) // the tests' messages stay apart on a shared server
+		open := func(t *testing.T) bus.Bus {
+			n, err := bus.OpenNATS(natsTestURL(), bus.NATSOptions{Prefix: prefix})
+			if err != nil {
+				t.Skipf("NATS not reachable at %s (%v): start nats-server, or set PARLEY_TEST_NATS_URL", natsTestURL(), err)
+			}
+			t.Cleanup(func() { n.Close() })
+			return n
+		}
+		open(t).Close() // skips before any node starts
+		f(t, open)
+	})
+}
+
+// startNodes runs count nodes on one store (Pebble, in one data directory that also holds
+// the keys they share) and buses from newBus. configure applies to each node.
+func startNodes(t *testing.T, count int, newBus busMaker, configure ...func(*server.Config)) []*node {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := server.OpenStore(context.Background(), server.DefaultConfig(dir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() }) // after the nodes have stopped
+	nodes := make([]*node, count)
+	for i := range nodes {
+		cfg := server.DefaultConfig(dir)
+		cfg.AdminSecret = "test-admin-secret"
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Store, cfg.Bus = st, newBus(t)
+		for _, f := range configure {
+			f(&cfg)
+		}
+		nodes[i] = &node{parleytest.StartWith(t, cfg)}
+	}
+	return nodes
+}
+
+// TestNodesPushAndWake: a message sent through node B is pushed to the WebSocket and wakes
+// the long-poll of its recipient on node A, both of which read it from the shared log.
+func TestNodesPushAndWake(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 2, newBus)
+		a, b := ns[0], ns[1]
+		alice, bob := a.user(t, "alice"), a.user(t, "bob")
+		convID := b.direct(t, bob, "alice")["conv_id"].(string)
+		if got := a.ok(t, "GET", "/healthz", "", nil)["bus"]; got != "ok" {
+			t.Fatalf("healthz bus %v, want ok", got)
+		}
+
+		ws := a.dial(t, alice, a.latest(t, alice))
+		b.send(t, bob, convID, "over-the-bus")
+		ev := ws.event()
+		msg := obj(t, obj(t, ev["data"]))
+		if ev["type"] != "message" || msg["client_msg_id"] != "over-the-bus" {
+			t.Fatalf("pushed %s, want bob's message", show(ev))
+		}
+
+		poll := longPoll(t, a, alice, num(ev["cursor"]), 10)
+		b.send(t, bob, convID, "wakes-the-poll")
+		got := arr(t, awaitPoll(t, poll, deadline)["events"])
+		if len(got) != 1 || obj(t, got[0]["data"])["client_msg_id"] != "wakes-the-poll" {
+			t.Fatalf("long-poll answered %s", show(got))
+		}
+		if ev := ws.event(); obj(t, ev["data"])["client_msg_id"] != "wakes-the-poll" {
+			t.Fatalf("pushed %s", show(ev))
+		}
+	})
+}
+
+// TestNodesReadFanoutRoom: a read-fanout message sent through node B is pushed in full to a
+// connection on node A that has the conversation open, and noticed to one that has not.
+func TestNodesReadFanoutRoom(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 2, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
+		a, b := ns[0], ns[1]
+		alice, bob, carol := a.user(t, "alice"), a.user(t, "bob"), a.user(t, "carol")
+		a.user(t, "dave")
+		convID := b.group(t, alice, "all hands", false, "bob", "carol", "dave")["conv_id"].(string)
+
+		bobWS := a.dialMark(t, bob, -1, 0)
+		bobWS.pushOf("changes")
+		bobWS.do("open", map[string]any{"conv_id": convID})
+		carolWS := a.dialMark(t, carol, -1, 0)
+		carolWS.pushOf("changes")
+
+		ack := b.send(t, alice, convID, "to-the-room")
+		m := obj(t, bobWS.pushOf("message")["message"])
+		if m["client_msg_id"] != "to-the-room" || num(m["seq"]) != num(ack["seq"]) {
+			t.Fatalf("room pushed %s, want seq %v", show(m), ack["seq"])
+		}
+		carolWS.noticeUntil(convID, num(ack["seq"]))
+	})
+}
+
+// TestNodesReceiptsPush: alice sends through node B, bob reads through node C, and alice's
+// WebSocket on node A gets the read count pushed.
+func TestNodesReceiptsPush(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 3, newBus)
+		a, b, c := ns[0], ns[1], ns[2]
+		alice, bob := a.user(t, "alice"), a.user(t, "bob")
+		a.user(t, "carol")
+		convID := a.group(t, alice, "three", false, "bob", "carol")["conv_id"].(string)
+		ws := a.dial(t, alice, a.latest(t, alice))
+
+		seq := num(b.send(t, alice, convID, "count-me")["seq"])
+		c.ok(t, "POST", "/v1/conversations/"+convID+"/read", bob, map[string]any{"seq": seq})
+		for {
+			p := ws.pushOf("receipts")
+			rs := arr(t, p["receipts"])
+			if len(rs) == 1 && num(rs[0]["seq"]) == seq && num(rs[0]["read_count"]) == 1 {
+				break
+			}
+		}
+	})
+}
+
+// TestNodesRevokeAndReplace: revoking a user through node A closes their WebSocket on node
+// B with 4003, and a device connecting on node B closes its older connection on node A with
+// 4001, while the user's other device there stays.
+func TestNodesRevokeAndReplace(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 2, newBus)
+		a, b := ns[0], ns[1]
+		bob := a.user(t, "bob")
+		tablet := a.Token(t, "bob", "tablet")
+
+		old := a.dial(t, bob, -1)
+		tabletWS := a.dial(t, tablet, -1)
+		newer := b.dial(t, a.Token(t, "bob", "d1"), -1)
+		if code := old.closed(); code != closeReplaced {
+			t.Fatalf("d1's connection on A closed with %d, want %d (replaced)", code, closeReplaced)
+		}
+		newer.ping()
+		tabletWS.ping()
+
+		a.ok(t, "POST", "/v1/admin/users/bob/revoke", a.AdminSecret, nil)
+		for name, ws := range map[string]*wsClient{"d1 on B": newer, "tablet on A": tabletWS} {
+			if code := ws.closed(); code != closeRevoked {
+				t.Fatalf("%s closed with %d, want %d (revoked)", name, code, closeRevoked)
+			}
+		}
+		b.fail(t, 401, "GET", "/v1/conversations", tablet, nil)
+	})
+}
+
+// lossyBus drops the next publishes to one subject, and fails every publish while down.
+type lossyBus struct {
+	bus.Bus
+	dropTo string
+	drops  atomic.Int32
+	down   atomic.Bool
+}
+
+func (l *lossyBus) Publish(ctx context.Context, subject string, data []byte) error {
+	switch {
+	case l.down.Load():
+		return fmt.Errorf("%w: test", bus.ErrUnavailable)
+	case subject == l.dropTo && l.drops.Add(-1) >= 0:
+		return nil // lost on the way
+	}
+	return l.Bus.Publish(ctx, subject, data)
+}
+
+func (l *lossyBus) Healthy() error {
+	if l.down.Load() {
+		return bus.ErrUnavailable
+	}
+	return nil
+}
+
+// TestNodesLostWakeUp: a wake-up that never arrives only delays: the message is in the
+// next sync, and the next wake-up pushes both, in order. A node whose bus is down keeps
+// serving, says so on /healthz, and counts the publishes it could not make.
+func TestNodesLostWakeUp(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		var lossy *lossyBus
+		i := 0
+		ns := startNodes(t, 2, func(t *testing.T) bus.Bus {
+			if i++; i == 2 { // node B's
+				lossy = &lossyBus{Bus: newBus(t), dropTo: bus.UserSubject("alice")}
+				return lossy
+			}
+			return newBus(t)
+		})
+		a, b := ns[0], ns[1]
+		alice, bob := a.user(t, "alice"), a.user(t, "bob")
+		convID := b.direct(t, bob, "alice")["conv_id"].(string)
+		from := a.latest(t, alice)
+		ws := a.dial(t, alice, from)
+
+		lossy.drops.Store(1)
+		b.send(t, bob, convID, "lost-wake-up") // its wake-up to alice is dropped before the ack
+		synced := arr(t, a.ok(t, "GET", fmt.Sprintf("/v1/sync?cursor=%d", from), alice, nil)["events"])
+		if len(synced) != 1 || obj(t, synced[0]["data"])["client_msg_id"] != "lost-wake-up" {
+			t.Fatalf("sync after a lost wake-up: %s", show(synced))
+		}
+		b.send(t, bob, convID, "next")
+		for _, want := range []string{"lost-wake-up", "next"} {
+			if ev := ws.event(); obj(t, ev["data"])["client_msg_id"] != want {
+				t.Fatalf("pushed %s, want %s", show(ev), want)
+			}
+		}
+
+		lossy.down.Store(true)
+		if got := b.ok(t, "GET", "/healthz", "", nil)["bus"]; got != "down" {
+			t.Fatalf("healthz bus %v while down, want down", got)
+		}
+		b.send(t, bob, convID, "while-down") // still stored and acked
+		if n := b.metric(t, "parley_bus_publish_failed_total"); n < 1 {
+			t.Fatalf("parley_bus_publish_failed_total = %v, want at least 1", n)
+		}
+		lossy.down.Store(false)
+		b.send(t, bob, convID, "back")
+		for _, want := range []string{"while-down", "back"} {
+			if ev := ws.event(); obj(t, ev["data"])["client_msg_id"] != want {
+				t.Fatalf("pushed %s, want %s", show(ev), want)
+			}
+		}
+	})
+}
+
+// TestSingleNodeHealthzBus: a node without a bus says so.
+func TestSingleNodeHealthzBus(t *testing.T) {
+	n := start(t)
+	if got := n.ok(t, "GET", "/healthz", "", nil)["bus"]; got != "none" {
+		t.Fatalf("healthz bus %v, want none", got)
+	}
+}
