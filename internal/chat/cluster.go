@@ -57,6 +57,11 @@ const revokeSubject = "parley.revoke"
 // generation stays the authority.
 const genTTL = 30 * time.Second
 
+// cacheTTL bounds how long a node uses the read counts and recent messages it holds when
+// it is one of several: a raise or a recall on another node whose bus message it missed
+// is seen once they are read again from the store.
+const cacheTTL = time.Minute
+
 // warnEvery is the least time between two warnings of publishes the bus refused.
 const warnEvery = 10 * time.Second
 

@@ -3,6 +3,7 @@ package chat
 import (
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"github.com/parleychat/parley/internal/rank"
 	"github.com/parleychat/parley/internal/store"
@@ -30,6 +31,10 @@ type readCounts struct {
 	// built, so that the node receives the raises other nodes commit for it (cluster.go).
 	// It is called with the shard's lock held.
 	onHold func(convID string, on bool)
+	// ttl, if not zero (on one of several nodes), is how long a group's counts are used
+	// after they were built: a raise another node committed whose bus message was lost
+	// is then counted when they are built again. Zero keeps them until dropped.
+	ttl time.Duration
 }
 
 const countShards = 64
@@ -47,6 +52,7 @@ const maxCountedMembers = 1 << 20
 type convCounts struct {
 	pos             map[string][2]int64 // user -> read, delivered
 	read, delivered rank.Multiset
+	built           time.Time // for readCounts.ttl
 }
 
 type buildInFlight struct {
@@ -84,6 +90,11 @@ func (rc *readCounts) count(convID, sender string, seq int64) (members, read, de
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.convs[convID]
+	if c != nil && rc.ttl > 0 && time.Since(c.built) > rc.ttl {
+		r.dropLocked(convID)
+		rc.held(r, convID)
+		c = nil
+	}
 	if c == nil {
 		return 0, 0, 0, false
 	}
@@ -134,7 +145,7 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 				}
 			}
 		}
-		c := &convCounts{pos: make(map[string][2]int64, len(ms))}
+		c := &convCounts{pos: make(map[string][2]int64, len(ms)), built: time.Now()}
 		for _, m := range ms {
 			c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
 			c.read.Add(m.ReadSeq)

@@ -3,6 +3,7 @@ package chat
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parleychat/parley/internal/store"
 )
@@ -25,6 +26,10 @@ type recentMessages struct {
 	// it no longer is, so that the node hears of recalls on the others (cluster.go). It is
 	// called with mu held.
 	onHold func(convID string, on bool)
+	// ttl, if not zero (on one of several nodes), is how long a conversation is served
+	// after it was first held: a recall on another node whose bus message was lost is then
+	// seen when it is read again from the store. Zero serves it until dropped.
+	ttl time.Duration
 }
 
 // recentPerConv is how many messages a conversation keeps (the design's "last 200").
@@ -34,6 +39,7 @@ const recentPerConv = 200
 const maxRecentConvs = 1024
 
 type recentConv struct {
+	made time.Time // for recentMessages.ttl
 	msgs map[int64]store.Message
 	low  int64 // the lowest seq held; the window is low..high
 	high int64 // every seq in low..high is held
@@ -64,7 +70,7 @@ func (r *recentMessages) add(m store.Message, epoch uint64) {
 				break
 			}
 		}
-		c = &recentConv{msgs: make(map[int64]store.Message), low: m.Seq, high: m.Seq - 1}
+		c = &recentConv{made: time.Now(), msgs: make(map[int64]store.Message), low: m.Seq, high: m.Seq - 1}
 		r.convs[m.ConvID] = c
 		if r.onHold != nil {
 			r.onHold(m.ConvID, true)
@@ -130,6 +136,10 @@ func (r *recentMessages) page(convID string, maxSeq, floor int64, q HistoryQuery
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.convs[convID]
+	if c != nil && r.ttl > 0 && time.Since(c.made) > r.ttl {
+		r.deleteLocked(convID)
+		return nil, false, false
+	}
 	if c == nil || maxSeq > c.high || lower < c.low {
 		return nil, false, false
 	}

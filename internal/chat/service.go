@@ -163,6 +163,7 @@ func New(o Options) *Service {
 			return func(convID string, on bool) { s.cluster.holdConv(convID, h, on) }
 		}
 		s.counts.onHold, s.recent.onHold, s.receipts.onHold = hold(holdCounts), hold(holdRecent), hold(holdReceipts)
+		s.counts.ttl, s.recent.ttl = cacheTTL, cacheTTL
 	}
 	return s
 }

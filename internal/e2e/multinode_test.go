@@ -2,16 +2,15 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/parleychat/parley/internal/bus"
+	"github.com/parleychat/parley/internal/bus/bustest"
 	"github.com/parleychat/parley/internal/parleytest"
 	"github.com/parleychat/parley/internal/server"
 )
@@ -19,14 +18,6 @@ import (
 // Several nodes in one process, sharing one store and linked by a bus (docs/design.md,
 // "Several nodes"): each flow runs on the in-process bus and on NATS, when one is reachable
 // at $PARLEY_TEST_NATS_URL or nats://127.0.0.1:4222.
-
-// natsTestURL is the NATS server the NATS variants use.
-func natsTestURL() string {
-	if u := os.Getenv("PARLEY_TEST_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
 
 // busMaker returns the bus of one more node.
 type busMaker func(t *testing.T) bus.Bus
@@ -40,19 +31,11 @@ func eachBus(t *testing.T, f func(t *testing.T, newBus busMaker)) {
 		f(t, func(*testing.T) bus.Bus { return m })
 	})
 	t.Run("nats", func(t *testing.T) {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		prefix := "t" + hex.EncodeToString(b[:]) // the tests' messages stay apart on a shared server
-		open := func(t *testing.T) bus.Bus {
-			n, err := bus.OpenNATS(natsTestURL(), bus.NATSOptions{Prefix: prefix})
-			if err != nil {
-				t.Skipf("NATS not reachable at %s (%v): start nats-server, or set PARLEY_TEST_NATS_URL", natsTestURL(), err)
-			}
-			t.Cleanup(func() { n.Close() })
-			return n
-		}
-		open(t).Close() // skips before any node starts
-		f(t, open)
+		prefix := bustest.RandomPrefix(t)                                 // the tests' messages stay apart on a shared server
+		bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{}).Close() // skips before any node starts
+		f(t, func(t *testing.T) bus.Bus {
+			return bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix})
+		})
 	})
 }
 
@@ -263,6 +246,56 @@ func TestNodesLostWakeUp(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNodesNATSReconnect: a node that loses NATS keeps serving and says so on /healthz;
+// what was committed elsewhere meanwhile reaches its WebSocket once NATS is back, when
+// nats.go has restored the node's subscriptions and the next wake-up arrives.
+func TestNodesNATSReconnect(t *testing.T) {
+	target := strings.TrimPrefix(bustest.NATSURL(), "nats://")
+	if strings.ContainsAny(target, ",/") {
+		t.Skip("PARLEY_TEST_NATS_URL is not a single host:port")
+	}
+	bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{}).Close() // skips if NATS is absent
+	prefix := bustest.RandomPrefix(t)
+	proxy := bustest.StartProxy(t, target)
+	i := 0
+	ns := startNodes(t, 2, func(t *testing.T) bus.Bus {
+		url := bustest.NATSURL()
+		if i++; i == 1 { // node A's goes through the proxy
+			url = "nats://" + proxy.Addr
+		}
+		return bustest.OpenNATS(t, url, bus.NATSOptions{Prefix: prefix})
+	})
+	a, b := ns[0], ns[1]
+	alice, bob := a.user(t, "alice"), a.user(t, "bob")
+	convID := b.direct(t, bob, "alice")["conv_id"].(string)
+	ws := a.dial(t, alice, a.latest(t, alice))
+	b.send(t, bob, convID, "before")
+	if ev := ws.event(); obj(t, ev["data"])["client_msg_id"] != "before" {
+		t.Fatalf("pushed %s", show(ev))
+	}
+	busState := func(n *node) func() string {
+		return func() string { return fmt.Sprint(n.ok(t, "GET", "/healthz", "", nil)["bus"]) }
+	}
+
+	proxy.Cut()
+	eventually(t, "node A to see NATS down", func() bool { return busState(a)() == "down" })
+	b.send(t, bob, convID, "during")   // A hears nothing of it
+	a.send(t, alice, convID, "from-a") // A cannot publish, but stores and pushes locally
+	if n := a.metric(t, "parley_bus_publish_failed_total"); n < 1 {
+		t.Fatalf("parley_bus_publish_failed_total = %v on A, want at least 1", n)
+	}
+
+	proxy.Restore(t)
+	eventually(t, "node A to reconnect", func() bool { return busState(a)() == "ok" })
+	a.Service.AwaitSubscriptions() // nats.go has resent them; the server has them after this
+	b.send(t, bob, convID, "after")
+	for _, want := range []string{"during", "from-a", "after"} {
+		if ev := ws.event(); obj(t, ev["data"])["client_msg_id"] != want {
+			t.Fatalf("pushed %s, want %s", show(ev), want)
+		}
+	}
 }
 
 // TestSingleNodeHealthzBus: a node without a bus says so.
