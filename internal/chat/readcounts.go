@@ -19,8 +19,8 @@ import (
 // build are applied to it once it is done, and a build that a member change overtook is
 // thrown away rather than installed. Member changes add and remove
 // members (changeMembers), so that a group with steady joins is not counted from all its
-// members again and again. On several nodes (the scale-out issue) the changes other
-// nodes commit will have to reach it too.
+// members again and again. On several nodes the raises other nodes commit reach it
+// through the bus, and their member changes drop the conversation (cluster.go).
 //
 // Every send and read goes through it, so it is split in shards by conversation, each with
 // its own lock, like the hub: no lock is shared by the sends of all conversations.
