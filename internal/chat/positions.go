@@ -140,6 +140,7 @@ func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq 
 	var built []store.Member
 	install := s.counts.startBuild(convID) // before the snapshot: see readCounts
 	defer func() { install(built) }()
+	s.AwaitSubscriptions() // and other nodes' raises after the snapshot reach it
 	err := s.view(ctx, "receipts", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {

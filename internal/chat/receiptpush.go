@@ -209,6 +209,7 @@ func (s *Service) receiptCounts(ctx context.Context, convID string, sent map[str
 	var built []store.Member
 	install := s.counts.startBuild(convID)
 	defer func() { install(built) }()
+	s.AwaitSubscriptions() // and other nodes' raises after the snapshot reach it
 	err := s.view(ctx, "receipts push", func(tx store.ReadTx) error {
 		c, err := loadConv(ctx, tx, convID)
 		if err != nil {

@@ -156,18 +156,13 @@ func TestNodesRevokeAndReplace(t *testing.T) {
 		old := a.dial(t, bob, -1)
 		tabletWS := a.dial(t, tablet, -1)
 		newer := b.dial(t, a.Token(t, "bob", "d1"), -1)
-		if code := old.closed(); code != closeReplaced {
-			t.Fatalf("d1's connection on A closed with %d, want %d (replaced)", code, closeReplaced)
-		}
+		old.wantClosed("d1's connection on A (replaced)", closeReplaced)
 		newer.ping()
 		tabletWS.ping()
 
 		a.ok(t, "POST", "/v1/admin/users/bob/revoke", a.AdminSecret, nil)
-		for name, ws := range map[string]*wsClient{"d1 on B": newer, "tablet on A": tabletWS} {
-			if code := ws.closed(); code != closeRevoked {
-				t.Fatalf("%s closed with %d, want %d (revoked)", name, code, closeRevoked)
-			}
-		}
+		newer.wantClosed("d1 on B (revoked)", closeRevoked)
+		tabletWS.wantClosed("tablet on A (revoked)", closeRevoked)
 		b.fail(t, 401, "GET", "/v1/conversations", tablet, nil)
 	})
 }
