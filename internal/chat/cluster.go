@@ -280,7 +280,11 @@ func (c *cluster) onConv(convID string, data []byte) {
 	}
 	switch m.Kind {
 	case kindMessage:
-		c.s.hub.Message(convID, m.Seq, m.User, &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: m.TS, Data: m.Data})
+		// Only a room with followers here takes it: a room made by it would keep the node
+		// subscribed, for nobody, as long as messages come.
+		if c.s.hub.Followed(convID) {
+			c.s.hub.Message(convID, m.Seq, m.User, &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: m.TS, Data: m.Data})
+		}
 		c.s.hub.NotifyConversation(convID)
 	case kindPositions:
 		c.s.raised(convID, m.User, m.Read, m.Delivered)

@@ -26,6 +26,12 @@ const NoticeInterval = time.Second
 // late; past it the room skips the gap, which the clients fill by history.
 const maxPending = 64
 
+// gapWait bounds how long a room waits for a seq that is late before it skips it. On one
+// node a late seq is a send whose commit overtook another's and comes within microseconds;
+// from other nodes (the bus is at most once) it may never come, and the messages after it
+// must not wait for 64 more.
+const gapWait = 500 * time.Millisecond
+
 // Notice tells a connection that a read-fanout conversation it does not have open has new
 // messages: the newest seq, and how many of those the user has not read.
 type Notice struct {
@@ -58,6 +64,7 @@ type room struct {
 	next        int64                                 // the seq to hand to the open subscriptions next; 0 before the first message
 	known       bool                                  // maxSeq was read from the store (Follow), not only learnt from messages
 	pending     map[int64]*Body                       // messages that came before their predecessor
+	gapSince    time.Time                             // when next was first found missing; zero if it is not
 	recent      []roomMessage                         // the newest messages handed over, oldest first, for late followers
 	maxSeq      int64                                 // the newest seq known
 	tick        int64                                 // the notice wheel's next tick
@@ -334,7 +341,7 @@ func (h *Hub) Message(convID string, seq int64, senderID string, body *Body) {
 		rm.schedule(h)
 	}
 	var w wakes
-	rm.deliver(seq, body, &w)
+	rm.deliver(seq, body, h.rooms.now(), &w)
 	sh.mu.Unlock()
 	w.wakeLater()
 }
@@ -395,9 +402,9 @@ const (
 // before it has been handed over: sends commit in seq order but may reach the hub in
 // another order. A seq older than the room's first message (the room was made by a message
 // and had no followers, so no one missed it) is only kept for late followers; one that kept
-// more than maxPending later ones waiting is given up, and clients fill such a gap by
-// history. Guarded by the shard lock.
-func (rm *room) deliver(seq int64, body *Body, w *wakes) {
+// more than maxPending later ones waiting, or has been waited for gapWait (as of now), is
+// given up, and clients fill such a gap by history. Guarded by the shard lock.
+func (rm *room) deliver(seq int64, body *Body, now time.Time, w *wakes) {
 	if rm.next == 0 {
 		rm.next = seq
 	}
@@ -406,10 +413,19 @@ func (rm *room) deliver(seq int64, body *Body, w *wakes) {
 		return
 	}
 	rm.pending[seq] = body
+	rm.handOver(now, w)
+}
+
+// handOver queues the pending messages that follow the last one handed over, in seq
+// order, skipping a gap that waited too long. Guarded by the shard lock.
+func (rm *room) handOver(now time.Time, w *wakes) {
 	for len(rm.pending) > 0 {
 		b := rm.pending[rm.next]
 		if b == nil {
-			if len(rm.pending) <= maxPending {
+			if rm.gapSince.IsZero() {
+				rm.gapSince = now
+			}
+			if len(rm.pending) <= maxPending && now.Sub(rm.gapSince) < gapWait {
 				return
 			}
 			low := int64(-1)
@@ -421,6 +437,7 @@ func (rm *room) deliver(seq int64, body *Body, w *wakes) {
 			rm.next = low
 			continue
 		}
+		rm.gapSince = time.Time{}
 		delete(rm.pending, rm.next)
 		if len(rm.recent) == recentKept {
 			rm.recent = append(rm.recent[:0], rm.recent[1:]...)
@@ -476,13 +493,18 @@ func (h *Hub) round(convID string, rm *room) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
 	var noticed []*Subscription
+	var pushed wakes
 	defer func() {
 		sh.mu.Unlock()
+		pushed.wakeLater()
 		pace(noticed) // on the tick's own goroutine
 	}()
 	rm.timer = nil
 	if sh.rooms[convID] != rm {
 		return // the room closed meanwhile
+	}
+	if len(rm.pending) > 0 {
+		rm.handOver(h.rooms.now(), &pushed) // a gap no later message came to give up
 	}
 	if len(rm.members) == 0 {
 		if idle := h.rooms.now().Sub(rm.lastMessage); idle >= idleRoom {
@@ -558,6 +580,15 @@ func (h *Hub) Followers(convID string) (following, open int) {
 		following += len(subs)
 	}
 	return following, len(rm.open)
+}
+
+// Followed reports whether a subscription follows convID here.
+func (h *Hub) Followed(convID string) bool {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.rooms[convID]
+	return rm != nil && rm.followers > 0
 }
 
 // Follows reports whether s follows convID's room.
