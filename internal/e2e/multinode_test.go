@@ -143,6 +143,48 @@ func TestNodesReceiptsPush(t *testing.T) {
 	})
 }
 
+// TestNodesCachesFollowChanges: what a node holds in memory of a conversation follows the
+// changes other nodes commit: the read counts of node A after a member joins and a member
+// reads through node B, and the recent messages of a read-fanout group after a recall there.
+func TestNodesCachesFollowChanges(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 2, newBus, func(c *server.Config) {
+			c.Chat.WriteFanoutMax = 3
+			c.Gateway.HistoryRate = 0 // polled below
+		})
+		a, b := ns[0], ns[1]
+		alice, bob := a.user(t, "alice"), a.user(t, "bob")
+		dave := a.user(t, "dave")
+		a.user(t, "carol")
+		receipts := func(convID string, seq int64) map[string]any {
+			return a.ok(t, "GET", fmt.Sprintf("/v1/conversations/%s/receipts?seq=%d", convID, seq), alice, nil)
+		}
+
+		small := a.group(t, alice, "counts", false, "bob")["conv_id"].(string)
+		seq := num(a.send(t, alice, small, "counted")["seq"])
+		wantFields(t, "counts on A", receipts(small, seq), map[string]any{"member_count": 1, "read_count": 0})
+		b.ok(t, "POST", "/v1/conversations/"+small+"/members", alice, map[string]any{"add": []string{"dave"}})
+		b.ok(t, "POST", "/v1/conversations/"+small+"/read", bob, map[string]any{"seq": seq})
+		eventually(t, "node A to count the join and the read on B", func() bool {
+			r := receipts(small, seq)
+			return num(r["member_count"]) == 2 && num(r["read_count"]) == 1
+		})
+
+		large := a.group(t, alice, "recent", false, "bob", "carol", "dave")["conv_id"].(string)
+		a.send(t, alice, large, "to-recall")
+		for range 2 { // the first read fills node A's recent messages, the second is served from them
+			if h := a.history(t, dave, large, 0); len(h) != 1 || h[0]["recalled"] != false {
+				t.Fatalf("history on A: %s", show(h))
+			}
+		}
+		b.ok(t, "POST", "/v1/messages/recall", alice, map[string]any{"conv_id": large, "seq": 1})
+		eventually(t, "node A to drop the recalled message", func() bool {
+			h := a.history(t, dave, large, 0)
+			return len(h) == 1 && h[0]["recalled"] == true
+		})
+	})
+}
+
 // TestNodesRevokeAndReplace: revoking a user through node A closes their WebSocket on node
 // B with 4003, and a device connecting on node B closes its older connection on node A with
 // 4001, while the user's other device there stays.
