@@ -101,8 +101,7 @@ func TestNodesReadFanoutRoom(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
 		ns := startNodes(t, 2, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
 		a, b := ns[0], ns[1]
-		alice, bob, carol := a.user(t, "alice"), a.user(t, "bob"), a.user(t, "carol")
-		a.user(t, "dave")
+		alice, bob, carol, dave := a.user(t, "alice"), a.user(t, "bob"), a.user(t, "carol"), a.user(t, "dave")
 		convID := b.group(t, alice, "all hands", false, "bob", "carol", "dave")["conv_id"].(string)
 
 		bobWS := a.dialMark(t, bob, -1, 0)
@@ -117,6 +116,15 @@ func TestNodesReadFanoutRoom(t *testing.T) {
 			t.Fatalf("room pushed %s, want seq %v", show(m), ack["seq"])
 		}
 		carolWS.noticeUntil(convID, num(ack["seq"]))
+
+		// dave long-polls on A; a message sent through B changes the conversation's mark.
+		st := a.ok(t, "GET", "/v1/sync?cursor=0", dave, nil)
+		poll := longPoll(t, a, dave, num(st["cursor"]), 10, fmt.Sprintf("&mark=%d", num(st["mark"])))
+		b.send(t, alice, convID, "wakes-a-watch")
+		convs := arr(t, awaitPoll(t, poll, deadline)["conversations"])
+		if len(convs) != 1 || convs[0]["conv_id"] != convID {
+			t.Fatalf("long-poll answered conversations %s, want %s", show(convs), convID)
+		}
 	})
 }
 
