@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -144,4 +146,21 @@ func waitErr(t *testing.T, name string, check func() error) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a status, not synchronising goroutines
 	}
+}
+
+// TestNATSSubscriptionsShareGoroutines: a node subscribes to one subject per user online,
+// so a subscription must not cost a goroutine of its own (nats.go's callback subscriptions
+// each start one); the bus's few workers deliver them all.
+func TestNATSSubscriptionsShareGoroutines(t *testing.T) {
+	b := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: bustest.RandomPrefix(t)})
+	before := runtime.NumGoroutine()
+	const n = 1000
+	got := make(chan string, 1)
+	for i := range n {
+		subscribe(t, b, fmt.Sprintf("t.many.u%d", i), got)
+	}
+	if extra := runtime.NumGoroutine() - before; extra > n/10 {
+		t.Fatalf("%d subscriptions started %d goroutines", n, extra)
+	}
+	publishUntil(t, b, fmt.Sprintf("t.many.u%d", n-1), "last", got)
 }
