@@ -43,8 +43,6 @@ type cluster struct {
 	mu   sync.Mutex // guards subs; taken after the lock of any holder (hub shard, counts shard, recent)
 	subs map[string]*busInterest
 
-	revokeSub bus.Subscription
-
 	gensCleared atomic.Int64 // Unix nanoseconds of the last clearing of the generations cached
 	failures    atomic.Int64 // publishes refused since the last warning
 	lastWarn    atomic.Int64 // Unix nanoseconds of the last warning
@@ -121,11 +119,9 @@ type busObserver interface{ BusPublishFailed() }
 func newCluster(s *Service, b bus.Bus) *cluster {
 	c := &cluster{s: s, bus: b, node: newID("n_"), subs: make(map[string]*busInterest)}
 	c.gensCleared.Store(time.Now().UnixNano())
-	sub, err := b.Subscribe(revokeSubject, c.onRevoke)
-	if err != nil {
+	if _, err := b.Subscribe(revokeSubject, c.onRevoke); err != nil { // for the bus's life
 		s.log.Error("bus: subscribe to revocations", "err", err)
 	}
-	c.revokeSub = sub
 	c.flush()
 	return c
 }
@@ -177,13 +173,6 @@ func (c *cluster) hold(subject string, h holder, on bool, handler func([]byte)) 
 		c.subs[subject] = in
 	}
 	in.holders |= h
-}
-
-// subscribed returns how many subjects the node is subscribed to, for tests.
-func (c *cluster) subscribed() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.subs)
 }
 
 // publish sends m on subject. A refusal (NATS unreachable) is counted and logged now and
