@@ -175,6 +175,15 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "bus from the environment",
+			env:  map[string]string{"PARLEY_BUS": "nats://10.0.0.5:4222"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.Node.BusURL != "nats://10.0.0.5:4222" {
+					t.Errorf("bus %q, want PARLEY_BUS's", c.Node.BusURL)
+				}
+			},
+		},
+		{
 			name: "flag=value form",
 			args: []string{"--addr=127.0.0.1:1234", "-data=/tmp/eq"},
 			env:  map[string]string{"PARLEY_ADDR": "127.0.0.1:9999"},

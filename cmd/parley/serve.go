@@ -44,6 +44,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
 	fs.StringVar(&n.Engine, "store", "", "storage engine: pebble or sqlite, embedded (default: the data directory's own, pebble for a new one), or postgres, shared by several nodes")
 	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user@host:5432/db?sslmode=...)")
+	fs.StringVar(&n.BusURL, "bus", "", "NATS URL (nats://host:port) linking the nodes that share one store; empty for a single node")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -144,7 +145,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.Node.Gateway.DevLogin {
 		fmt.Fprintf(stdout, "dev login is on: open http://%s/ and sign in with any user name\n", ln.Addr())
 	}
-	cfg.Node.Logger.Info("serving", "addr", ln.Addr().String(), "data", cfg.Node.Data, "relaxed", cfg.Node.Relaxed)
+	cfg.Node.Logger.Info("serving", "addr", ln.Addr().String(), "data", cfg.Node.Data, "relaxed", cfg.Node.Relaxed, "bus", cfg.Node.BusURL)
 
 	select {
 	case err := <-served:

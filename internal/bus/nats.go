@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,21 +24,34 @@ type NATSOptions struct {
 	Name string
 	// ConnectTimeout bounds the first connection (2 seconds if zero).
 	ConnectTimeout time.Duration
-	// QueueLen bounds each subscription's queue of undelivered messages (DefaultQueueLen if
-	// zero). When it is full, nats.go drops the arriving message (the newest) and counts it
-	// as a slow-consumer event; the NATS server also drops messages for a connection that
-	// reads too slowly.
+	// QueueLen bounds each delivery queue of undelivered messages (DefaultQueueLen if
+	// zero); the subscriptions share natsWorkers queues, by subject. When one is full,
+	// nats.go drops the arriving message (the newest) and counts it as a slow-consumer
+	// event; the NATS server also drops messages for a connection that reads too slowly.
 	QueueLen int
 }
+
+// natsWorkers is how many goroutines deliver a NATS bus's messages to its handlers. A
+// subscription's messages all go through one of them (by subject), in arrival order. A
+// node subscribes to one subject per user online, so nats.go's own delivery (a goroutine
+// for each subscription) would hold 100,000 goroutines for 100,000 users.
+const natsWorkers = 16
 
 // NATS is a Bus on core NATS (no JetStream: wake-ups need no persistence). After the first
 // connection succeeds it reconnects forever and nats.go restores every subscription after a
 // reconnect. While disconnected, Publish returns ErrUnavailable instead of buffering, so the
 // caller knows this wake-up is lost and readers will catch up on their next sync.
 type NATS struct {
-	nc       *nats.Conn
-	prefix   string
-	queueLen int
+	nc     *nats.Conn
+	prefix string
+
+	seed     maphash.Seed                // of the queue a subject's messages go through
+	queues   [natsWorkers]chan *nats.Msg // each read by one worker goroutine
+	stop     chan struct{}               // closed by Close: the workers end
+	stopOnce sync.Once
+
+	mu       sync.RWMutex                        // guards handlers
+	handlers map[*nats.Subscription]func([]byte) // until Unsubscribe
 }
 
 var _ Bus = (*NATS)(nil)
@@ -65,7 +80,31 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: nats connect %s: %v", ErrUnavailable, url, err)
 	}
-	return &NATS{nc: nc, prefix: opts.Prefix, queueLen: opts.QueueLen}, nil
+	b := &NATS{nc: nc, prefix: opts.Prefix, seed: maphash.MakeSeed(), stop: make(chan struct{}),
+		handlers: make(map[*nats.Subscription]func([]byte))}
+	for i := range b.queues {
+		b.queues[i] = make(chan *nats.Msg, opts.QueueLen)
+		go b.deliver(b.queues[i])
+	}
+	return b, nil
+}
+
+// deliver calls the handler of each message of queue, until Close. A message of a
+// subscription that ended meanwhile finds no handler and is dropped.
+func (b *NATS) deliver(queue chan *nats.Msg) {
+	for {
+		select {
+		case <-b.stop:
+			return
+		case m := <-queue:
+			b.mu.RLock()
+			h := b.handlers[m.Sub]
+			b.mu.RUnlock()
+			if h != nil {
+				h(m.Data)
+			}
+		}
+	}
 }
 
 // Publish implements Bus.
@@ -85,27 +124,41 @@ func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
 	return nil
 }
 
-// Subscribe implements Bus. nats.go calls handler from one goroutine per subscription, in
-// arrival order.
+// Subscribe implements Bus. The handler is called from one of the bus's natsWorkers
+// goroutines, the one for subject, in arrival order: a slow handler delays the other
+// subjects that share its goroutine.
 func (b *NATS) Subscribe(subject string, handler func(data []byte)) (Subscription, error) {
 	if err := checkSubscribe(subject, handler); err != nil {
 		return nil, err
 	}
-	sub, err := b.nc.Subscribe(b.prefix+subject, func(m *nats.Msg) { handler(m.Data) })
+	queue := b.queues[maphash.String(b.seed, subject)%natsWorkers]
+	b.mu.Lock() // until the handler is known: a worker may get the first message at once
+	defer b.mu.Unlock()
+	sub, err := b.nc.ChanSubscribe(b.prefix+subject, queue)
 	if err != nil {
 		return nil, b.translate(err)
 	}
-	if err := sub.SetPendingLimits(b.queueLen, -1); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, b.translate(err)
+	b.handlers[sub] = handler
+	return natsSub{sub: sub, b: b}, nil
+}
+
+// Flush returns once the NATS server has processed everything this bus sent before it,
+// the subscriptions made included: a message another connection publishes after Flush
+// returns reaches them. (Subscribe alone only queues the subscription for the server.) It
+// waits at most timeout, and returns an error wrapping ErrUnavailable while disconnected:
+// the subscriptions are then restored on reconnection.
+func (b *NATS) Flush(timeout time.Duration) error {
+	if err := b.nc.FlushTimeout(timeout); err != nil {
+		return b.translate(err)
 	}
-	return natsSub{sub: sub, nc: b.nc}, nil
+	return nil
 }
 
 // Close implements Bus. It closes the connection without draining: undelivered wake-ups are
 // not worth waiting for.
 func (b *NATS) Close() error {
 	b.nc.Close()
+	b.stopOnce.Do(func() { close(b.stop) })
 	return nil
 }
 
@@ -134,12 +187,16 @@ func (b *NATS) translate(err error) error {
 
 type natsSub struct {
 	sub *nats.Subscription
-	nc  *nats.Conn
+	b   *NATS
 }
 
-// Unsubscribe implements Subscription.
+// Unsubscribe implements Subscription. The handler is forgotten first, so that no message
+// still queued for it is delivered after Unsubscribe returns.
 func (s natsSub) Unsubscribe() error {
-	if s.nc.IsClosed() {
+	s.b.mu.Lock()
+	delete(s.b.handlers, s.sub)
+	s.b.mu.Unlock()
+	if s.b.nc.IsClosed() {
 		return nil
 	}
 	err := s.sub.Unsubscribe()

@@ -2,14 +2,10 @@ package bus_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"io"
-	"net"
-	"os"
+	"fmt"
+	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,52 +13,19 @@ import (
 	"github.com/parleychat/parley/internal/bus/bustest"
 )
 
-const natsStart = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"
-
-// natsURL is the server the NATS tests use: $PARLEY_TEST_NATS_URL or the local default.
-func natsURL() string {
-	if u := os.Getenv("PARLEY_TEST_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
-
-// randomPrefix isolates one test's subjects from every other test on the same server.
-func randomPrefix(t *testing.T) string {
-	t.Helper()
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return "test" + hex.EncodeToString(b[:])
-}
-
-// mustOpenNATS connects to url with opts, skipping the test when no server answers within a
-// second.
-func mustOpenNATS(t *testing.T, url string, opts bus.NATSOptions) *bus.NATS {
-	t.Helper()
-	opts.ConnectTimeout = time.Second
-	b, err := bus.OpenNATS(url, opts)
-	if err != nil {
-		t.Skipf("NATS not reachable at %s (%v): start it with %s, or set PARLEY_TEST_NATS_URL", url, err, natsStart)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
-}
-
 func TestNATS(t *testing.T) {
 	bustest.Run(t, func(t *testing.T) bus.Bus {
-		return mustOpenNATS(t, natsURL(), bus.NATSOptions{Prefix: randomPrefix(t), Name: t.Name()})
+		return bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: bustest.RandomPrefix(t), Name: t.Name()})
 	})
 }
 
 // TestNATSBetweenConnections checks what the bus is for: two nodes (two connections) with the
 // same prefix see each other's messages; a node with another prefix does not.
 func TestNATSBetweenConnections(t *testing.T) {
-	prefix := randomPrefix(t)
-	a := mustOpenNATS(t, natsURL(), bus.NATSOptions{Prefix: prefix})
-	c := mustOpenNATS(t, natsURL(), bus.NATSOptions{Prefix: prefix})
-	other := mustOpenNATS(t, natsURL(), bus.NATSOptions{Prefix: randomPrefix(t)})
+	prefix := bustest.RandomPrefix(t)
+	a := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix})
+	c := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix})
+	other := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: bustest.RandomPrefix(t)})
 
 	got := make(chan string, 10)
 	leaked := make(chan string, 10)
@@ -87,13 +50,13 @@ func TestNATSBetweenConnections(t *testing.T) {
 // ErrUnavailable while it is down, and after the server comes back the bus reconnects by itself
 // and its subscriptions deliver again.
 func TestNATSDisconnect(t *testing.T) {
-	target := strings.TrimPrefix(natsURL(), "nats://")
+	target := strings.TrimPrefix(bustest.NATSURL(), "nats://")
 	if strings.Contains(target, ",") || strings.Contains(target, "/") {
 		t.Skip("PARLEY_TEST_NATS_URL is not a single host:port")
 	}
-	mustOpenNATS(t, natsURL(), bus.NATSOptions{}).Close() // skips if NATS is absent
-	p := startProxy(t, target)
-	b := mustOpenNATS(t, "nats://"+p.addr, bus.NATSOptions{Prefix: randomPrefix(t)})
+	bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{}).Close() // skips if NATS is absent
+	p := bustest.StartProxy(t, target)
+	b := bustest.OpenNATS(t, "nats://"+p.Addr, bus.NATSOptions{Prefix: bustest.RandomPrefix(t)})
 	got := make(chan string, 100)
 	subscribe(t, b, "t.reconnect", got)
 	publishUntil(t, b, "t.reconnect", "before", got)
@@ -101,13 +64,13 @@ func TestNATSDisconnect(t *testing.T) {
 		t.Fatalf("Healthy while connected: %v", err)
 	}
 
-	p.cut()
+	p.Cut()
 	waitErr(t, "Healthy", b.Healthy)
 	if err := b.Publish(context.Background(), "t.reconnect", []byte("x")); !errors.Is(err, bus.ErrUnavailable) {
 		t.Errorf("Publish while disconnected = %v, want ErrUnavailable", err)
 	}
 
-	p.restore(t)
+	p.Restore(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for b.Healthy() != nil {
 		if time.Now().After(deadline) {
@@ -185,70 +148,19 @@ func waitErr(t *testing.T, name string, check func() error) {
 	}
 }
 
-// proxy forwards TCP connections to a NATS server; cut drops them all and refuses new ones
-// until restore, which simulates losing the network to NATS.
-type proxy struct {
-	addr, target string
-
-	mu    sync.Mutex // guards ln and conns
-	ln    net.Listener
-	conns []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// TestNATSSubscriptionsShareGoroutines: a node subscribes to one subject per user online,
+// so a subscription must not cost a goroutine of its own (nats.go's callback subscriptions
+// each start one); the bus's few workers deliver them all.
+func TestNATSSubscriptionsShareGoroutines(t *testing.T) {
+	b := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: bustest.RandomPrefix(t)})
+	before := runtime.NumGoroutine()
+	const n = 1000
+	got := make(chan string, 1)
+	for i := range n {
+		subscribe(t, b, fmt.Sprintf("t.many.u%d", i), got)
 	}
-	p := &proxy{addr: ln.Addr().String(), target: target}
-	p.serve(ln)
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
-		}
-	}()
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
+	if extra := runtime.NumGoroutine() - before; extra > n/10 {
+		t.Fatalf("%d subscriptions started %d goroutines", n, extra)
 	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Skipf("cannot listen again on %s: %v", p.addr, err)
-	}
-	p.serve(ln)
+	publishUntil(t, b, fmt.Sprintf("t.many.u%d", n-1), "last", got)
 }

@@ -316,6 +316,9 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 	})
 	if err == nil {
 		s.counts.changeMembers(convID, joined, userIDs(removed))
+		if s.cluster != nil {
+			s.cluster.convChanged(convID, kindMembers)
+		}
 	}
 	return out, err
 }

@@ -70,6 +70,9 @@ func (s *Service) publishLive(m *store.Message, payload []byte) {
 	frame = append(frame, '}')
 	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: frame})
 	s.hub.NotifyConversation(m.ConvID)
+	if s.cluster != nil {
+		s.cluster.message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, frame)
+	}
 }
 
 // conflictMark is the error for a mark ahead of the store's latest.

@@ -102,6 +102,9 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 	for i, d := range res.Events {
 		evs[i] = hub.Event{Cursor: d.Cursor, Body: body}
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
+		if s.cluster != nil {
+			s.cluster.wake(d.UserID, d.Cursor)
+		}
 	}
 	s.published(ctx, len(evs))
 	s.obs.MessageStored(s.now().Sub(p.start), false)
@@ -257,6 +260,9 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 		return invalid("seq must be at least 1")
 	}
 	defer s.recent.drop(convID) // after the commit: the recalled message was maybe held
+	if s.cluster != nil {
+		defer s.cluster.convChanged(convID, kindRecall) // after the commit, for the other nodes' recent messages
+	}
 	return s.update(ctx, "recall", func(tx store.Tx, ob *outbox) error {
 		if _, _, err := loadConvMember(ctx, tx, convID, me.UserID); err != nil {
 			return err

@@ -82,8 +82,17 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 }
 
 // positionsMoved records a member's positions after a commit moved them: the read counts
-// held in memory follow them, and the senders of the group's messages get them pushed.
+// held in memory follow them, and the senders of the group's messages get them pushed, on
+// this node and (through the bus) on the others.
 func (s *Service) positionsMoved(convID, userID string, read, delivered int64) {
+	s.raised(convID, userID, read, delivered)
+	if s.cluster != nil && isGroupID(convID) { // only groups are counted (showsReaders)
+		s.cluster.positions(convID, userID, read, delivered)
+	}
+}
+
+// raised records a member's positions committed by this node or another one.
+func (s *Service) raised(convID, userID string, read, delivered int64) {
 	s.counts.advance(convID, userID, read, delivered)
 	s.countsChanged(convID) // and their senders are told
 }
@@ -131,6 +140,7 @@ func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq 
 	var built []store.Member
 	install := s.counts.startBuild(convID) // before the snapshot: see readCounts
 	defer func() { install(built) }()
+	s.AwaitSubscriptions() // and other nodes' raises after the snapshot reach it
 	err := s.view(ctx, "receipts", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {

@@ -3,6 +3,7 @@ package chat
 import (
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"github.com/parleychat/parley/internal/rank"
 	"github.com/parleychat/parley/internal/store"
@@ -18,14 +19,22 @@ import (
 // build are applied to it once it is done, and a build that a member change overtook is
 // thrown away rather than installed. Member changes add and remove
 // members (changeMembers), so that a group with steady joins is not counted from all its
-// members again and again. On several nodes (the scale-out issue) the changes other
-// nodes commit will have to reach it too.
+// members again and again. On several nodes the raises other nodes commit reach it
+// through the bus, and their member changes drop the conversation (cluster.go).
 //
 // Every send and read goes through it, so it is split in shards by conversation, each with
 // its own lock, like the hub: no lock is shared by the sends of all conversations.
 type readCounts struct {
 	seed   maphash.Seed
 	shards [countShards]countShard
+	// onHold, if set (on one of several nodes), is told whether a group is held or being
+	// built, so that the node receives the raises other nodes commit for it (cluster.go).
+	// It is called with the shard's lock held.
+	onHold func(convID string, on bool)
+	// ttl, if not zero (on one of several nodes), is how long a group's counts are used
+	// after they were built: a raise another node committed whose bus message was lost
+	// is then counted when they are built again. Zero keeps them until dropped.
+	ttl time.Duration
 }
 
 const countShards = 64
@@ -43,6 +52,7 @@ const maxCountedMembers = 1 << 20
 type convCounts struct {
 	pos             map[string][2]int64 // user -> read, delivered
 	read, delivered rank.Multiset
+	built           time.Time // for readCounts.ttl
 }
 
 type buildInFlight struct {
@@ -80,6 +90,11 @@ func (rc *readCounts) count(convID, sender string, seq int64) (members, read, de
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.convs[convID]
+	if c != nil && rc.ttl > 0 && time.Since(c.built) > rc.ttl {
+		r.dropLocked(convID)
+		rc.held(r, convID)
+		c = nil
+	}
 	if c == nil {
 		return 0, 0, 0, false
 	}
@@ -105,12 +120,14 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 	if b == nil {
 		b = &buildInFlight{}
 		r.building[convID] = b
+		rc.held(r, convID) // before the snapshot, so that no raise after it is missed
 	}
 	b.n++
 	r.mu.Unlock()
 	return func(ms []store.Member) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		defer rc.held(r, convID)
 		if b.n--; b.n == 0 {
 			delete(r.building, convID)
 		}
@@ -122,12 +139,13 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 			for id, c := range r.convs { // arbitrary ones go; they are built again when asked
 				r.members -= len(c.pos)
 				delete(r.convs, id)
+				rc.held(r, id)
 				if r.members+len(ms) <= maxCountedMembers {
 					break
 				}
 			}
 		}
-		c := &convCounts{pos: make(map[string][2]int64, len(ms))}
+		c := &convCounts{pos: make(map[string][2]int64, len(ms)), built: time.Now()}
 		for _, m := range ms {
 			c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
 			c.read.Add(m.ReadSeq)
@@ -153,7 +171,9 @@ func (rc *readCounts) advance(convID, user string, read, delivered int64) {
 		b.raised = append(b.raised, raise{user, read, delivered})
 	}
 	if c := r.convs[convID]; c != nil {
-		r.raiseLocked(convID, c, user, read, delivered)
+		if r.raiseLocked(convID, c, user, read, delivered); r.convs[convID] == nil {
+			rc.held(r, convID) // dropped
+		}
 	}
 }
 
@@ -201,6 +221,7 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 	for _, m := range joined {
 		if _, in := c.pos[m.UserID]; in {
 			r.dropLocked(convID)
+			rc.held(r, convID)
 			return
 		}
 		c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
@@ -212,6 +233,7 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 		p, in := c.pos[u]
 		if !in {
 			r.dropLocked(convID)
+			rc.held(r, convID)
 			return
 		}
 		delete(c.pos, u)
@@ -221,10 +243,32 @@ func (rc *readCounts) changeMembers(convID string, joined []store.Member, left [
 	}
 }
 
-// dropLocked forgets convID. r.mu must be held.
+// dropLocked forgets convID. r.mu must be held. It does not tell onHold: its callers hold
+// convID still (a build), or are about to tell it.
 func (r *countShard) dropLocked(convID string) {
 	if c := r.convs[convID]; c != nil {
 		r.members -= len(c.pos)
 		delete(r.convs, convID)
+	}
+}
+
+// forget drops convID's counts, and makes the builds under way throw theirs away: its
+// members changed on another node, which sends the change, not the members.
+func (rc *readCounts) forget(convID string) {
+	r := rc.shard(convID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.building[convID]; b != nil {
+		b.stale = true
+	}
+	r.dropLocked(convID)
+	rc.held(r, convID)
+}
+
+// held tells onHold whether convID is held or being built in r, its shard. r.mu must be
+// held.
+func (rc *readCounts) held(r *countShard, convID string) {
+	if rc.onHold != nil && isGroupID(convID) {
+		rc.onHold(convID, r.convs[convID] != nil || r.building[convID] != nil)
 	}
 }

@@ -30,6 +30,10 @@ import (
 type receiptPushes struct {
 	seed   maphash.Seed
 	shards [countShards]pushShard
+	// onHold, if set (on one of several nodes), is told when a group's senders are held and
+	// when they are forgotten, so that the node hears of the positions the others commit
+	// (cluster.go). It is called with the shard's lock held.
+	onHold func(convID string, on bool)
 }
 
 type pushShard struct {
@@ -84,11 +88,17 @@ func (s *Service) messageSent(m store.Message) {
 		if len(r.convs) >= maxPushedConvs {
 			for id := range r.convs {
 				delete(r.convs, id)
+				if s.receipts.onHold != nil {
+					s.receipts.onHold(id, false)
+				}
 				break
 			}
 		}
 		c = &convPushes{sent: make(map[string][]int64), pushed: make(map[int64]protocol.Receipts)}
 		r.convs[m.ConvID] = c
+		if s.receipts.onHold != nil {
+			s.receipts.onHold(m.ConvID, true)
+		}
 	}
 	seqs := c.sent[m.SenderID]
 	i, found := slices.BinarySearch(seqs, m.Seq) // sends commit in order, but may get here in another
@@ -178,7 +188,7 @@ func (s *Service) pushReceipts(convID string) {
 		if err != nil {
 			continue // cannot happen: plain numbers
 		}
-		s.hub.Publish(f.sender, []hub.Event{{Cursor: 0, Body: &hub.Body{Type: protocol.OpReceipts, ConvID: convID, Data: data}}})
+		s.pushEphemeral(f.sender, &hub.Body{Type: protocol.OpReceipts, ConvID: convID, Data: data})
 	}
 	if again {
 		s.countsChanged(convID) // changes that came while this push was computed
@@ -199,6 +209,7 @@ func (s *Service) receiptCounts(ctx context.Context, convID string, sent map[str
 	var built []store.Member
 	install := s.counts.startBuild(convID)
 	defer func() { install(built) }()
+	s.AwaitSubscriptions() // and other nodes' raises after the snapshot reach it
 	err := s.view(ctx, "receipts push", func(tx store.ReadTx) error {
 		c, err := loadConv(ctx, tx, convID)
 		if err != nil {

@@ -3,6 +3,7 @@ package chat
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parleychat/parley/internal/store"
 )
@@ -21,6 +22,14 @@ type recentMessages struct {
 	// drops counts the drops (recalls): a message read before one may be the version it
 	// changed, so an add whose epoch (the count when its reading began) is older is refused.
 	drops atomic.Uint64
+	// onHold, if set (on one of several nodes), is told when a conversation is held and when
+	// it no longer is, so that the node hears of recalls on the others (cluster.go). It is
+	// called with mu held.
+	onHold func(convID string, on bool)
+	// ttl, if not zero (on one of several nodes), is how long a conversation is served
+	// after it was first held: a recall on another node whose bus message was lost is then
+	// seen when it is read again from the store. Zero serves it until dropped.
+	ttl time.Duration
 }
 
 // recentPerConv is how many messages a conversation keeps (the design's "last 200").
@@ -30,6 +39,7 @@ const recentPerConv = 200
 const maxRecentConvs = 1024
 
 type recentConv struct {
+	made time.Time // for recentMessages.ttl
 	msgs map[int64]store.Message
 	low  int64 // the lowest seq held; the window is low..high
 	high int64 // every seq in low..high is held
@@ -49,19 +59,22 @@ func (r *recentMessages) add(m store.Message, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if epoch != r.drops.Load() {
-		delete(r.convs, m.ConvID)
+		r.deleteLocked(m.ConvID)
 		return
 	}
 	c := r.convs[m.ConvID]
 	if c == nil {
 		if len(r.convs) >= maxRecentConvs {
 			for id := range r.convs {
-				delete(r.convs, id)
+				r.deleteLocked(id)
 				break
 			}
 		}
-		c = &recentConv{msgs: make(map[int64]store.Message), low: m.Seq, high: m.Seq - 1}
+		c = &recentConv{made: time.Now(), msgs: make(map[int64]store.Message), low: m.Seq, high: m.Seq - 1}
 		r.convs[m.ConvID] = c
+		if r.onHold != nil {
+			r.onHold(m.ConvID, true)
+		}
 	}
 	if m.Seq < c.low {
 		return // older than the window: the store has it
@@ -82,9 +95,20 @@ func (r *recentMessages) add(m store.Message, epoch uint64) {
 // drop forgets a conversation (a message of it changed).
 func (r *recentMessages) drop(convID string) {
 	r.mu.Lock()
-	delete(r.convs, convID)
+	r.deleteLocked(convID)
 	r.drops.Add(1)
 	r.mu.Unlock()
+}
+
+// deleteLocked forgets convID, if held. r.mu must be held.
+func (r *recentMessages) deleteLocked(convID string) {
+	if _, ok := r.convs[convID]; !ok {
+		return
+	}
+	delete(r.convs, convID)
+	if r.onHold != nil {
+		r.onHold(convID, false)
+	}
 }
 
 // page returns the messages of convID that History answers for q (ascending, and whether
@@ -112,6 +136,10 @@ func (r *recentMessages) page(convID string, maxSeq, floor int64, q HistoryQuery
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.convs[convID]
+	if c != nil && r.ttl > 0 && time.Since(c.made) > r.ttl {
+		r.deleteLocked(convID)
+		return nil, false, false
+	}
 	if c == nil || maxSeq > c.high || lower < c.low {
 		return nil, false, false
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 )
@@ -83,6 +84,8 @@ type Service struct {
 
 	room func() error // see Options.Room; never nil
 
+	cluster *cluster // the other nodes, through Options.Bus; nil on a single node (cluster.go)
+
 	writeMu  sync.Mutex // guards writeErr
 	writeErr error      // the store write failure Healthy reports, until writes recover
 }
@@ -120,6 +123,11 @@ type Options struct {
 	// write failure stays reported by Healthy until a write succeeds while Room says yes:
 	// one small write can succeed on a disk that is still full. Default: always room.
 	Room func() error
+	// Bus links this node to the other nodes on the same store (cluster.go): wake-ups,
+	// read-fanout messages, position raises, revocations and device kicks cross it. nil (the
+	// default) is a single node, which publishes nothing: nobody would read it. The caller
+	// owns the bus and closes it after the Service's last use.
+	Bus bus.Bus
 }
 
 // New returns a Service. It does not start background work; call RunRetention for that.
@@ -147,6 +155,15 @@ func New(o Options) *Service {
 	s.room = o.Room
 	if s.room == nil {
 		s.room = func() error { return nil }
+	}
+	if o.Bus != nil {
+		s.cluster = newCluster(s, o.Bus)
+		s.hub.SetInterest(s.cluster)
+		hold := func(h holder) func(string, bool) {
+			return func(convID string, on bool) { s.cluster.holdConv(convID, h, on) }
+		}
+		s.counts.onHold, s.recent.onHold, s.receipts.onHold = hold(holdCounts), hold(holdRecent), hold(holdReceipts)
+		s.counts.ttl, s.recent.ttl = cacheTTL, cacheTTL
 	}
 	return s
 }

@@ -124,10 +124,14 @@ func (s *Service) Sync(ctx context.Context, me Identity, cursor, mark int64, lim
 	// Subscribe before reading, so that a commit between the read and the wait still wakes us.
 	sub := s.hub.Subscribe(me.UserID, 4)
 	defer sub.Close()
-	var watched []string // the user's read-fanout conversations, found by the first read
+	s.AwaitSubscriptions() // and other nodes' commits wake us too
+	var watched []string   // the user's read-fanout conversations, found by the first read
 	resp, err := s.events(ctx, me.UserID, cursor, mark, limit, &watched)
 	watch := s.hub.WatchConversations(watched)
 	defer watch.Close()
+	if len(watched) > 0 {
+		s.AwaitSubscriptions()
+	}
 	if err == nil && len(resp.Events) == 0 && len(resp.Conversations) == 0 && len(watched) > 0 {
 		// Read again now that the watch is on: a message between the first read and the
 		// watch woke nobody.

@@ -198,7 +198,11 @@ func (s *Service) Healthy(ctx context.Context) error {
 // publish hands the committed events of ob to the hub and counts them (see WithEventCount).
 func (s *Service) publish(ctx context.Context, ob *outbox) {
 	for _, u := range ob.order {
-		s.hub.Publish(u, ob.events[u])
+		evs := ob.events[u]
+		s.hub.Publish(u, evs)
+		if s.cluster != nil {
+			s.cluster.wake(u, evs[len(evs)-1].Cursor) // the newest: the others read up to it
+		}
 	}
 	s.published(ctx, ob.count())
 }

@@ -58,6 +58,9 @@ func (s *Service) IssueToken(ctx context.Context, userID, deviceID string, ttl t
 
 // tokenGen returns the user's current token generation: ErrNotFound for an unknown user.
 func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
+	if s.cluster != nil {
+		s.cluster.expireGens()
+	}
 	if g, ok := s.gens.Load(userID); ok {
 		return g.(int64), nil
 	}
@@ -110,6 +113,8 @@ func (s *Service) OpenSession(ctx context.Context, token string) (Session, error
 // CheckSession reports whether sess still holds, and for how long at most: ErrUnauthorized
 // wrapping auth.ErrExpired once it expired, or auth.ErrRevoked once the user's tokens were
 // revoked. It reads the cached generation, so it is cheap enough to run before every frame.
+// On one of several nodes the duration is at most genTTL: a revocation on another node
+// whose bus message this one missed is seen when the cached generation is read again.
 func (s *Service) CheckSession(ctx context.Context, sess Session) (time.Duration, error) {
 	left := sess.ExpiresAt.Sub(s.now())
 	if left <= 0 {
@@ -123,6 +128,9 @@ func (s *Service) CheckSession(ctx context.Context, sess Session) (time.Duration
 		return 0, err
 	case gen != sess.gen:
 		return 0, fmt.Errorf("%w: %w", ErrUnauthorized, auth.ErrRevoked)
+	}
+	if s.cluster != nil {
+		left = min(left, genTTL) // look again once the generation may have been revoked elsewhere
 	}
 	return left, nil
 }
@@ -145,9 +153,23 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 	if err != nil {
 		return err
 	}
-	s.gens.Store(userID, gen)
+	s.raiseGen(userID, gen)
 	s.hub.Kick(userID)
+	if s.cluster != nil {
+		s.cluster.revoke(userID, gen)
+	}
 	return nil
+}
+
+// raiseGen caches gen as userID's token generation unless a higher one is cached: two
+// revocations, here or on other nodes, may be learnt in either order.
+func (s *Service) raiseGen(userID string, gen int64) {
+	for {
+		old, loaded := s.gens.LoadOrStore(userID, gen)
+		if !loaded || old.(int64) >= gen || s.gens.CompareAndSwap(userID, old, gen) {
+			return
+		}
+	}
 }
 
 // Me returns who the caller's token speaks for, with the user's name: a client that was

@@ -630,6 +630,14 @@ func (c *wsClient) event() map[string]any {
 	return ev
 }
 
+// wantClosed waits for the connection, what, to end with the close code want.
+func (c *wsClient) wantClosed(what string, want int) {
+	c.t.Helper()
+	if code := c.closed(); code != want {
+		c.t.Fatalf("%s closed with %d, want %d", what, code, want)
+	}
+}
+
 // closed waits for the connection to end and returns the close code the server sent, or
 // -1 when it ended without a close frame (gorilla reports that as 1006).
 func (c *wsClient) closed() int {

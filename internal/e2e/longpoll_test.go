@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,14 +16,16 @@ type pollResult struct {
 	err error
 }
 
-// longPoll starts GET /v1/sync?cursor=cursor&wait=wait in a goroutine and waits until the
-// node counts it as waiting, so that what the test does next happens during the wait.
-func longPoll(t *testing.T, n *node, token string, cursor int64, wait int) <-chan pollResult {
+// longPoll starts GET /v1/sync?cursor=cursor&wait=wait (and the further parameters of
+// more, such as "&mark=3") in a goroutine and waits until the node counts it as waiting, so
+// that what the test does next happens during the wait.
+func longPoll(t *testing.T, n *node, token string, cursor int64, wait int, more ...string) <-chan pollResult {
 	t.Helper()
 	waiting := n.metric(t, "parley_longpolls_waiting")
 	out := make(chan pollResult, 1)
+	path := fmt.Sprintf("/v1/sync?cursor=%d&wait=%d", cursor, wait) + strings.Join(more, "")
 	go func() {
-		r, err := n.request("GET", fmt.Sprintf("/v1/sync?cursor=%d&wait=%d", cursor, wait), token, nil)
+		r, err := n.request("GET", path, token, nil)
 		out <- pollResult{r, err}
 	}()
 	eventually(t, "the long-poll to wait", func() bool { return n.metric(t, "parley_longpolls_waiting") > waiting })
@@ -41,7 +44,11 @@ func awaitPoll(t *testing.T, ch <-chan pollResult, within time.Duration) map[str
 			t.Fatalf("long-poll answered %d %s", res.r.status, res.r.raw)
 		}
 		m := object(t, res.r.raw)
-		wantKeys(t, "SyncResponse", m, "cursor", "events", "has_more", "mark")
+		keys := []string{"cursor", "events", "has_more", "mark"}
+		if _, ok := m["conversations"]; ok { // read-fanout conversations changed since the mark
+			keys = append(keys, "conversations")
+		}
+		wantKeys(t, "SyncResponse", m, keys...)
 		return m
 	case <-time.After(within):
 		t.Fatalf("long-poll still waiting after %v", within)

@@ -289,9 +289,7 @@ func TestWSRevocation(t *testing.T) {
 
 	n.ok(t, "POST", "/v1/admin/users/bob/revoke", n.AdminSecret, nil)
 	for name, ws := range map[string]*wsClient{"phone": phone, "tablet": tablet} {
-		if code := ws.closed(); code != closeRevoked {
-			t.Fatalf("bob's %s closed with %d, want %d (revoked)", name, code, closeRevoked)
-		}
+		ws.wantClosed("bob's "+name+" (revoked)", closeRevoked)
 	}
 	for _, tok := range []string{bob, bobTablet} {
 		n.fail(t, http.StatusUnauthorized, "GET", "/v1/conversations", tok, nil)

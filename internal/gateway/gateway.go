@@ -230,7 +230,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 }
 
 // healthz answers 200 while serving and the store works; 503 with the reason when the
-// store fails (ServeHTTP also answers 503 once draining).
+// store fails (ServeHTTP also answers 503 once draining). It names the bus's state too
+// (chat.Service.BusState): a node whose bus is down still serves, so that is no 503.
 func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := g.svc.Healthy(r.Context()); err != nil {
 		g.writeError(w, r, err)
@@ -238,7 +239,8 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	}
 	g.writeJSON(w, http.StatusOK, struct {
 		Status string `json:"status"`
-	}{"ok"})
+		Bus    string `json:"bus"`
+	}{"ok", g.svc.BusState()})
 }
 
 // allow applies the device's request limit, and its send limit when send is true.

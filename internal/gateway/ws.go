@@ -98,16 +98,19 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		sess:   sess,
 		key:    deviceKey{me.UserID, me.DeviceID},
 		cursor: cursor,
+		since:  time.Now().UnixNano(),
 		done:   make(chan struct{}),
 	}
 	c.finished.Add(1)
 	c.writer.Store(writerRunning) // until run starts the first writer, wake starts none
-	c.sub = g.svc.Hub().Watch(me.UserID, g.cfg.SendQueue, c.wake)
+	c.sub = g.svc.Hub().WatchDevice(me.UserID, me.DeviceID, c.since, g.cfg.SendQueue, c.wake)
+	g.svc.AwaitSubscriptions() // other nodes' commits from now on wake it too
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
 		c.last, err = g.svc.LatestCursor(r.Context(), me.UserID)
 	}
 	if err == nil {
 		err = c.followReadFanout(r.Context(), mark)
+		g.svc.AwaitSubscriptions() // the rooms' too
 	}
 	if err != nil {
 		c.sub.Close()
@@ -157,7 +160,9 @@ func (g *Gateway) reserve() bool {
 
 // register tracks c and closes the device's older connection with 4001. Older means
 // upgraded earlier: two connections may register in either order, since each registers on
-// its own goroutine after answering the upgrade.
+// its own goroutine after answering the upgrade. The other nodes are told too (through the
+// bus, if there is one): there, the device's connections opened before c are ended
+// (hub.Replace), which closes them with 4001 as well.
 func (g *Gateway) register(c *wsConn) {
 	g.mu.Lock()
 	g.conns[c] = struct{}{}
@@ -169,6 +174,9 @@ func (g *Gateway) register(c *wsConn) {
 	}
 	draining := g.draining.Load()
 	g.mu.Unlock()
+	if old != c {
+		g.svc.DeviceConnected(c.me, c.since)
+	}
 	if old != nil {
 		old.close(CloseReplaced, "replaced", nil)
 	}
@@ -203,6 +211,7 @@ type wsConn struct {
 	cork  *corkConn // ws's network connection; the writer holds it while frames are waiting
 	me    chat.Identity
 	order uint64       // upgrade order: of two connections of one device, the later one stays
+	since int64        // when it opened (Unix nanoseconds): orders a device's connections across nodes
 	sess  chat.Session // re-checked before every frame: a revoked or expired token stops acting
 	key   deviceKey
 	ctx   context.Context // for service calls; cancelled once the connection has ended
@@ -716,8 +725,14 @@ func (c *wsConn) finish() {
 // ---- pushes ----
 
 // deliver pushes a live event unless it was already pushed; a gap before it is filled
-// from the log first.
+// from the log first. A wake-up (an event without a Body, from another node) is such a gap.
 func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool {
+	if ev.Body == nil { // a wake-up from another node: the log has an event at ev.Cursor
+		if ev.Cursor <= *last {
+			return true
+		}
+		return c.catchUp(sub, last)
+	}
 	if ev.Cursor == 0 { // ephemeral, in no log (a receipts push): its Data is the whole frame
 		return c.pushFrame(ev.Data)
 	}
@@ -900,6 +915,8 @@ func (c *wsConn) subscriptionEnded(err error) {
 		c.close(CloseTooSlow, "too slow: reconnect with your cursor", nil)
 	case errors.Is(err, hub.ErrKicked):
 		c.close(CloseRevoked, "revoked", nil)
+	case errors.Is(err, hub.ErrReplaced):
+		c.close(CloseReplaced, "replaced", nil)
 	default:
 		c.close(websocket.CloseGoingAway, "server shutting down", nil)
 	}

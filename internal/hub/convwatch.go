@@ -31,16 +31,17 @@ func (w *convWatches) shardOf(key string) *watchShard {
 
 // ConvWatch is a wake-up for changes of some conversations.
 type ConvWatch struct {
-	w    *convWatches
-	keys []string
-	c    chan struct{}
-	once sync.Once
+	w        *convWatches
+	interest Interest // the hub's
+	keys     []string
+	c        chan struct{}
+	once     sync.Once
 }
 
 // WatchConversations returns a watch of the conversations keys, woken by every later
 // NotifyConversation of one. Close it when done.
 func (h *Hub) WatchConversations(keys []string) *ConvWatch {
-	w := &ConvWatch{w: &h.convs, keys: keys, c: make(chan struct{}, 1)}
+	w := &ConvWatch{w: &h.convs, interest: h.interest, keys: keys, c: make(chan struct{}, 1)}
 	for _, k := range keys {
 		sh := w.w.shardOf(k)
 		sh.mu.Lock()
@@ -51,6 +52,9 @@ func (h *Hub) WatchConversations(keys []string) *ConvWatch {
 				sh.watches = make(map[string]map[*ConvWatch]struct{})
 			}
 			sh.watches[k] = m
+			if h.interest != nil {
+				h.interest.ConvWatch(k, true)
+			}
 		}
 		m[w] = struct{}{}
 		sh.mu.Unlock()
@@ -71,6 +75,9 @@ func (w *ConvWatch) Close() {
 				delete(m, w)
 				if len(m) == 0 {
 					delete(sh.watches, k)
+					if w.interest != nil {
+						w.interest.ConvWatch(k, false)
+					}
 				}
 			}
 			sh.mu.Unlock()

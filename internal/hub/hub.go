@@ -18,6 +18,9 @@ import (
 // Event is a committed sync event as the hub hands it to one user's subscribers: its cursor
 // in that user's log, and the rest of it, which every recipient of one fanout (a message to
 // each member of a group) shares.
+//
+// An event without a Body is a wake-up from another node: the user's log has an event at
+// Cursor, which the subscriber reads from the store (the gateway's gap filling does).
 type Event struct {
 	Cursor int64
 	*Body
@@ -56,6 +59,8 @@ var (
 	ErrKicked = errors.New("hub: tokens revoked")
 	// ErrClosed: the subscriber closed it, or the hub shut down.
 	ErrClosed = errors.New("hub: closed")
+	// ErrReplaced: a newer connection of the same device opened (Replace).
+	ErrReplaced = errors.New("hub: replaced by a newer connection of the device")
 )
 
 // Hub routes events to subscriptions by user. The zero value is not usable; call New.
@@ -69,6 +74,8 @@ type Hub struct {
 	convs  convWatches // read-fanout conversations' wake-ups (convwatch.go)
 	rooms  rooms       // read-fanout conversations' live delivery (rooms.go)
 	nextID atomic.Uint64
+
+	interest Interest // nil on a single node (interest.go)
 }
 
 // hubShards is how many shards a hub has: a power of two, well above the number of cores.
@@ -106,6 +113,8 @@ type Subscription struct {
 	hub    *Hub
 	shard  *shard
 	userID string
+	device string        // WatchDevice's device, "" otherwise
+	since  int64         // WatchDevice's opening time, for Replace
 	ch     chan *Event   // Subscribe's; nil for Watch's
 	notify func()        // Watch's; nil for Subscribe's
 	limit  int           // Watch's: most events queued
@@ -139,7 +148,13 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 // whole buffer for as long as it is open (2 KiB for 256 events, on every idle connection),
 // and it has neither Events nor Done channel.
 func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
-	s := &Subscription{limit: max(limit, 1), notify: notify}
+	return h.WatchDevice(userID, "", 0, limit, notify)
+}
+
+// WatchDevice is Watch for the connection of one device of userID, opened at since (Unix
+// nanoseconds): Replace ends it when a newer connection of the device opens on another node.
+func (h *Hub) WatchDevice(userID, deviceID string, since int64, limit int, notify func()) *Subscription {
+	s := &Subscription{limit: max(limit, 1), notify: notify, device: deviceID, since: since}
 	h.add(userID, s)
 	return s
 }
@@ -154,6 +169,9 @@ func (h *Hub) add(userID string, s *Subscription) {
 	if m == nil {
 		m = make(map[*Subscription]struct{})
 		sh.subs[userID] = m
+		if h.interest != nil {
+			h.interest.User(userID, true)
+		}
 	}
 	m[s] = struct{}{}
 	sh.mu.Unlock()
@@ -221,6 +239,19 @@ func (h *Hub) Kick(userID string) {
 	}
 }
 
+// Replace ends with ErrReplaced the subscriptions of userID made by WatchDevice for
+// deviceID before since (Unix nanoseconds): the device opened a newer connection elsewhere.
+func (h *Hub) Replace(userID, deviceID string, since int64) {
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for s := range sh.subs[userID] {
+		if s.device == deviceID && s.since < since {
+			sh.endLocked(s, ErrReplaced)
+		}
+	}
+}
+
 // Subscribers returns how many subscriptions are open, for metrics.
 func (h *Hub) Subscribers() int {
 	n := 0
@@ -244,6 +275,9 @@ func (sh *shard) endLocked(s *Subscription, err error) {
 	delete(m, s)
 	if len(m) == 0 {
 		delete(sh.subs, s.userID)
+		if s.hub.interest != nil {
+			s.hub.interest.User(s.userID, false)
+		}
 	}
 	s.mu.Lock()
 	s.err = err

@@ -235,3 +235,25 @@ func TestConvWatchWakesAndCoalesces(t *testing.T) {
 	}
 	h.NotifyConversation("nobody watches this")
 }
+
+// TestReplaceEndsOlderConnectionsOfTheDevice: Replace ends, with ErrReplaced, the device's
+// subscriptions opened before the given time only: not a newer one of the device, not
+// another device's, not a long-poll's.
+func TestReplaceEndsOlderConnectionsOfTheDevice(t *testing.T) {
+	h := New()
+	nop := func() {}
+	older := h.WatchDevice("bob", "phone", 100, 8, nop)
+	newer := h.WatchDevice("bob", "phone", 300, 8, nop)
+	tablet := h.WatchDevice("bob", "tablet", 100, 8, nop)
+	poll := h.Subscribe("bob", 4)
+	h.Replace("bob", "phone", 200)
+	if err := older.Err(); err != ErrReplaced {
+		t.Fatalf("older phone connection: %v, want ErrReplaced", err)
+	}
+	for name, s := range map[string]*Subscription{"newer phone": newer, "tablet": tablet, "long-poll": poll} {
+		if err := s.Err(); err != nil {
+			t.Fatalf("%s ended: %v", name, err)
+		}
+		s.Close()
+	}
+}

@@ -26,6 +26,12 @@ const NoticeInterval = time.Second
 // late; past it the room skips the gap, which the clients fill by history.
 const maxPending = 64
 
+// gapWait bounds how long a room waits for a seq that is late before it skips it. On one
+// node a late seq is a send whose commit overtook another's and comes within microseconds;
+// from other nodes (the bus is at most once) it may never come, and the messages after it
+// must not wait for 64 more.
+const gapWait = 500 * time.Millisecond
+
 // Notice tells a connection that a read-fanout conversation it does not have open has new
 // messages: the newest seq, and how many of those the user has not read.
 type Notice struct {
@@ -58,6 +64,7 @@ type room struct {
 	next        int64                                 // the seq to hand to the open subscriptions next; 0 before the first message
 	known       bool                                  // maxSeq was read from the store (Follow), not only learnt from messages
 	pending     map[int64]*Body                       // messages that came before their predecessor
+	gapSince    time.Time                             // when next was first found missing; zero if it is not
 	recent      []roomMessage                         // the newest messages handed over, oldest first, for late followers
 	maxSeq      int64                                 // the newest seq known
 	tick        int64                                 // the notice wheel's next tick
@@ -102,7 +109,7 @@ func (h *Hub) Follow(s *Subscription, convID string, seen, maxSeq int64) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rm := sh.roomLocked(convID)
+	rm := sh.roomLocked(h, convID)
 	rm.maxSeq = max(rm.maxSeq, maxSeq)
 	rm.known = true
 	subs := rm.members[s.userID]
@@ -160,13 +167,24 @@ func (rm *room) slot(i int64) map[*Subscription]*follow {
 }
 
 // roomLocked returns convID's room, made if there is none. sh.mu must be held.
-func (sh *roomShard) roomLocked(convID string) *room {
+func (sh *roomShard) roomLocked(h *Hub, convID string) *room {
 	rm := sh.rooms[convID]
 	if rm == nil {
 		rm = &room{id: convID, members: make(map[string]map[*Subscription]*follow), open: make(map[*Subscription]struct{}), pending: make(map[int64]*Body)}
 		sh.rooms[convID] = rm
+		if h.interest != nil {
+			h.interest.Room(convID, true)
+		}
 	}
 	return rm
+}
+
+// closeRoomLocked forgets convID's room. sh.mu must be held.
+func (sh *roomShard) closeRoomLocked(h *Hub, convID string) {
+	delete(sh.rooms, convID)
+	if h.interest != nil {
+		h.interest.Room(convID, false)
+	}
 }
 
 // Unfollow ends s's membership of convID's room (the user left the conversation).
@@ -201,7 +219,7 @@ func (h *Hub) unfollowLocked(s *Subscription, convID string) {
 		}
 	}
 	if len(rm.members) == 0 && rm.timer == nil {
-		delete(sh.rooms, convID) // else its round decides (see idleRoom)
+		sh.closeRoomLocked(h, convID) // else its round decides (see idleRoom)
 	}
 }
 
@@ -310,7 +328,7 @@ const idleRoom = 5 * time.Second
 func (h *Hub) Message(convID string, seq int64, senderID string, body *Body) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
-	rm := sh.roomLocked(convID)
+	rm := sh.roomLocked(h, convID)
 	rm.lastMessage = h.rooms.now()
 	for _, f := range rm.members[senderID] {
 		f.seen = max(f.seen, seq)
@@ -323,7 +341,7 @@ func (h *Hub) Message(convID string, seq int64, senderID string, body *Body) {
 		rm.schedule(h)
 	}
 	var w wakes
-	rm.deliver(seq, body, &w)
+	rm.deliver(seq, body, h.rooms.now(), &w)
 	sh.mu.Unlock()
 	w.wakeLater()
 }
@@ -384,9 +402,9 @@ const (
 // before it has been handed over: sends commit in seq order but may reach the hub in
 // another order. A seq older than the room's first message (the room was made by a message
 // and had no followers, so no one missed it) is only kept for late followers; one that kept
-// more than maxPending later ones waiting is given up, and clients fill such a gap by
-// history. Guarded by the shard lock.
-func (rm *room) deliver(seq int64, body *Body, w *wakes) {
+// more than maxPending later ones waiting, or has been waited for gapWait (as of now), is
+// given up, and clients fill such a gap by history. Guarded by the shard lock.
+func (rm *room) deliver(seq int64, body *Body, now time.Time, w *wakes) {
 	if rm.next == 0 {
 		rm.next = seq
 	}
@@ -395,10 +413,19 @@ func (rm *room) deliver(seq int64, body *Body, w *wakes) {
 		return
 	}
 	rm.pending[seq] = body
+	rm.handOver(now, w)
+}
+
+// handOver queues the pending messages that follow the last one handed over, in seq
+// order, skipping a gap that waited too long. Guarded by the shard lock.
+func (rm *room) handOver(now time.Time, w *wakes) {
 	for len(rm.pending) > 0 {
 		b := rm.pending[rm.next]
 		if b == nil {
-			if len(rm.pending) <= maxPending {
+			if rm.gapSince.IsZero() {
+				rm.gapSince = now
+			}
+			if len(rm.pending) <= maxPending && now.Sub(rm.gapSince) < gapWait {
 				return
 			}
 			low := int64(-1)
@@ -410,6 +437,7 @@ func (rm *room) deliver(seq int64, body *Body, w *wakes) {
 			rm.next = low
 			continue
 		}
+		rm.gapSince = time.Time{}
 		delete(rm.pending, rm.next)
 		if len(rm.recent) == recentKept {
 			rm.recent = append(rm.recent[:0], rm.recent[1:]...)
@@ -465,17 +493,22 @@ func (h *Hub) round(convID string, rm *room) {
 	sh := h.rooms.shardOf(convID)
 	sh.mu.Lock()
 	var noticed []*Subscription
+	var pushed wakes
 	defer func() {
 		sh.mu.Unlock()
+		pushed.wakeLater()
 		pace(noticed) // on the tick's own goroutine
 	}()
 	rm.timer = nil
 	if sh.rooms[convID] != rm {
 		return // the room closed meanwhile
 	}
+	if len(rm.pending) > 0 {
+		rm.handOver(h.rooms.now(), &pushed) // a gap no later message came to give up
+	}
 	if len(rm.members) == 0 {
 		if idle := h.rooms.now().Sub(rm.lastMessage); idle >= idleRoom {
-			delete(sh.rooms, convID)
+			sh.closeRoomLocked(h, convID)
 		} else {
 			rm.timer = time.AfterFunc(idleRoom-idle, func() { h.round(convID, rm) })
 		}
@@ -547,6 +580,15 @@ func (h *Hub) Followers(convID string) (following, open int) {
 		following += len(subs)
 	}
 	return following, len(rm.open)
+}
+
+// Followed reports whether a subscription follows convID here.
+func (h *Hub) Followed(convID string) bool {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.rooms[convID]
+	return rm != nil && rm.followers > 0
 }
 
 // Follows reports whether s follows convID's room.

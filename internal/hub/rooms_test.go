@@ -183,6 +183,43 @@ func TestRoomSkipsAGapThatNeverFills(t *testing.T) {
 	}
 }
 
+// TestRoomSkipsAGapAfterAWhile: a seq that never comes (a bus message lost between nodes)
+// holds the messages after it for gapWait at most: the next message after that, or the
+// room's next round, gives it up.
+func TestRoomSkipsAGapAfterAWhile(t *testing.T) {
+	for _, by := range []string{"message", "round"} {
+		t.Run(by, func(t *testing.T) {
+			h := New()
+			h.rooms.manual = true
+			now := time.Now()
+			h.rooms.now = func() time.Time { return now }
+			bob := watch(h, "bob", 100)
+			defer bob.Close()
+			h.Follow(bob.Subscription, "g1", 0, 0)
+			h.OpenConversation(bob.Subscription, "g1")
+			h.Message("g1", 1, "alice", msg(1))
+			h.Message("g1", 3, "alice", msg(3)) // 2 is lost
+			if got := bob.Take(nil); len(got) != 1 {
+				t.Fatalf("%d pushes before the wait, want 1", len(got))
+			}
+			now = now.Add(gapWait)
+			if by == "message" {
+				h.Message("g1", 4, "alice", msg(4))
+			} else {
+				sh := h.rooms.shardOf("g1")
+				sh.mu.Lock()
+				rm := sh.rooms["g1"]
+				sh.mu.Unlock()
+				h.round("g1", rm)
+			}
+			got := bob.Take(nil)
+			if len(got) == 0 || string(got[0].Data) != `{"seq":3}` {
+				t.Fatalf("after the wait: %d pushes, want 3 first", len(got))
+			}
+		})
+	}
+}
+
 // TestRoomFirstMessagesOutOfOrder: the first two messages of a conversation reach the hub
 // in the opposite order; the open follower still gets both, in order, because the room
 // knows the conversation's max_seq from the follower's listing.

@@ -41,6 +41,7 @@ type Metrics struct {
 	httpRequests      *prometheus.CounterVec
 	responsesCut      prometheus.Counter
 	buildInfo         *prometheus.GaugeVec
+	busPublishFailed  prometheus.Counter
 }
 
 // New returns Metrics registered on a new registry, together with the Go runtime and process
@@ -99,13 +100,17 @@ func New() *Metrics {
 			Name: "parley_build_info",
 			Help: "Always 1; the labels say which Parley version, storage engine and Go version serve.",
 		}, []string{"version", "engine", "go_version"}),
+		busPublishFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_bus_publish_failed_total",
+			Help: "Wake-ups and notices this node could not publish on the bus (NATS unreachable); readers on other nodes get them on their next sync.",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
-		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo,
+		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed,
 	)
 	return m
 }
@@ -151,6 +156,13 @@ func (m *Metrics) EventsCommitted(n int) {
 		return
 	}
 	m.eventsCommitted.Add(float64(n))
+}
+
+// BusPublishFailed counts one publish the bus refused (chat's optional observer of the bus).
+func (m *Metrics) BusPublishFailed() {
+	if m != nil {
+		m.busPublishFailed.Inc()
+	}
 }
 
 // ObserveCommit records one durable store commit of batch operations that took d. cmd/parley

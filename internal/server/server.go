@@ -14,9 +14,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/gateway"
 	"github.com/parleychat/parley/internal/hub"
@@ -43,6 +45,17 @@ type Config struct {
 	Gateway     gateway.Config
 	Logger      *slog.Logger // default slog.Default()
 	Now         func() time.Time
+	// BusURL links the node to the other nodes on the same store: "" is a single node,
+	// "nats://host:port" (a comma-separated list is allowed) the NATS server(s) they share.
+	// The node fails to start if none answers.
+	BusURL string
+	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
+	// several nodes in one process on one bus.Memory.
+	Bus bus.Bus
+	// Store, if set, is an open store used instead of the embedded one in Data; the caller
+	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
+	// which nodes sharing a store must share, and is not locked, so that they may share it.
+	Store store.Store
 }
 
 // DefaultConfig returns the defaults for a node storing in dataDir.
@@ -60,6 +73,7 @@ type Server struct {
 	SecretCreated bool
 
 	store  store.Store
+	closes []func() error // what Close closes, the store and bus the node opened itself
 	http   *http.Server
 	stopBG context.CancelFunc
 	unlock func()
@@ -74,35 +88,41 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
 		return nil, err
 	}
-	unlock := func() {}
-	var room func() error
-	if !Shared(cfg) { // a database server is shared by design; a data directory must not be
-		var err error
-		if unlock, err = LockData(cfg.Data); err != nil {
-			return nil, err
-		}
-		room = diskRoom(cfg.Data)
-	}
 	m := metrics.New()
 	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
-	st, err := OpenStore(ctx, cfg, m.ObserveCommit)
+	st, unlock, err := openOwnStore(ctx, cfg, m)
 	if err != nil {
-		unlock()
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
 	s := &Server{Metrics: m, store: st, unlock: unlock, AdminSecret: cfg.AdminSecret}
+	if cfg.Store == nil {
+		s.closes = append(s.closes, st.Close)
+	}
+	b := cfg.Bus
+	if b == nil && cfg.BusURL != "" {
+		nb, err := openBus(cfg.BusURL)
+		if err != nil {
+			s.closeOwn()
+			return nil, err
+		}
+		b = nb
+		s.closes = append(s.closes, nb.Close)
+	}
 	secret := Secrets(ctx, cfg, st)
 	signer, dirKey, err := Keys(secret)
 	if err == nil && s.AdminSecret == "" {
 		s.AdminSecret, s.SecretCreated, err = secret(auth.AdminSecretFile)
 	}
 	if err != nil {
-		st.Close()
-		unlock()
+		s.closeOwn()
 		return nil, err
 	}
+	var room func() error // how much room the store's disk has: known for a data directory only
+	if !Shared(cfg) {
+		room = diskRoom(cfg.Data)
+	}
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
-		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room})
+		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room, Bus: b})
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
 	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
 	// deadline and cancels the request). The gateway bounds each request body with its own
@@ -144,6 +164,43 @@ func Keys(secret func(name string) (string, bool, error)) (*auth.Signer, []byte,
 		return nil, nil, err
 	}
 	return auth.NewSigner([]byte(key)), []byte(dirKey), nil
+}
+
+// openOwnStore returns cfg.Store if set (with nothing to unlock), else opens the store cfg
+// names, locking cfg.Data first for an embedded one.
+func openOwnStore(ctx context.Context, cfg Config, m *metrics.Metrics) (store.Store, func(), error) {
+	if cfg.Store != nil {
+		return cfg.Store, func() {}, nil
+	}
+	unlock := func() {}
+	if !Shared(cfg) { // a database server is shared by design; a data directory must not be
+		var err error
+		if unlock, err = LockData(cfg.Data); err != nil {
+			return nil, nil, err
+		}
+	}
+	st, err := OpenStore(ctx, cfg, m.ObserveCommit)
+	if err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("open store: %w", err)
+	}
+	return st, unlock, nil
+}
+
+// openBus connects to the NATS server(s) of url, a comma-separated list of nats:// or
+// tls:// URLs.
+func openBus(url string) (*bus.NATS, error) {
+	for _, u := range strings.Split(url, ",") {
+		if u = strings.TrimSpace(u); !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
+			return nil, fmt.Errorf("bus %q: want nats://host:port (or tls://)", u)
+		}
+	}
+	host, _ := os.Hostname()
+	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host})
+	if err != nil {
+		return nil, fmt.Errorf("open bus: %w", err)
+	}
+	return b, nil
 }
 
 // OpenStore opens the store cfg names: PostgreSQL at cfg.PostgresURL, or the embedded
@@ -225,10 +282,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(err, s.Close())
 }
 
-// Close stops background work and closes the store without draining.
+// Close stops background work and closes the store (and bus) without draining, unless the
+// caller gave them (Config.Store, Config.Bus).
 func (s *Server) Close() error {
 	s.stopBG()
-	err := s.store.Close()
+	return s.closeOwn()
+}
+
+// closeOwn closes what the node opened itself, the bus before the store, and unlocks Data.
+func (s *Server) closeOwn() error {
+	var errs []error
+	for i := len(s.closes) - 1; i >= 0; i-- {
+		errs = append(errs, s.closes[i]())
+	}
+	s.closes = nil
 	s.unlock()
-	return err
+	return errors.Join(errs...)
 }

@@ -80,3 +80,23 @@ func TestDataDirectoryKeepsItsEngine(t *testing.T) {
 		t.Fatalf("unknown engine: %v", err)
 	}
 }
+
+// TestBadBusRefused: a --bus that is not a NATS URL, or a NATS that does not answer, stops
+// the node at start, and leaves the data directory free for the next start.
+func TestBadBusRefused(t *testing.T) {
+	cfg := DefaultConfig(t.TempDir())
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, url := range []string{"http://127.0.0.1:4222", "nats://127.0.0.1:1"} {
+		cfg.BusURL = url
+		if s, err := New(context.Background(), cfg); err == nil {
+			s.Close()
+			t.Fatalf("bus %q: the node started", url)
+		}
+	}
+	cfg.BusURL = ""
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("after refused buses: %v", err)
+	}
+	s.Close()
+}
