@@ -89,6 +89,12 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 	return b, nil
 }
 
+// OnReconnect has f called (on a goroutine of nats.go's) each time the connection comes
+// back after a loss, once nats.go has sent the subscriptions again. Whatever was published
+// while it was down is lost to this node's subscribers: f is where a caller makes up for it.
+// A later call replaces f.
+func (b *NATS) OnReconnect(f func()) { b.nc.SetReconnectHandler(func(*nats.Conn) { f() }) }
+
 // deliver calls the handler of each message of queue, until Close. A message of a
 // subscription that ended meanwhile finds no handler and is dropped.
 func (b *NATS) deliver(queue chan *nats.Msg) {

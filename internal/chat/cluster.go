@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -122,8 +123,24 @@ func newCluster(s *Service, b bus.Bus) *cluster {
 	if _, err := b.Subscribe(revokeSubject, c.onRevoke); err != nil { // for the bus's life
 		s.log.Error("bus: subscribe to revocations", "err", err)
 	}
+	if r, ok := b.(reconnector); ok {
+		r.OnReconnect(c.reconnected)
+	}
 	c.flush()
 	return c
+}
+
+// reconnector is a bus that reports a reconnection (bus.NATS).
+type reconnector interface{ OnReconnect(func()) }
+
+// reconnected makes up for the wake-ups lost while the bus was down: every connection and
+// long-poll of this node reads its log from its cursor (a wake-up ahead of any cursor),
+// once the subscriptions are back on the server, so that nothing committed meanwhile waits
+// for the user's next event.
+func (c *cluster) reconnected() {
+	c.flush()
+	c.s.hub.WakeAll(math.MaxInt64)
+	c.s.log.Info("bus: reconnected; every connection reads its log again")
 }
 
 // User implements hub.Interest.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"net/http"
 	"net/url"
 	"strings"
@@ -42,6 +43,7 @@ func TestAttackSignatureVariants(t *testing.T) {
 // A client that sends nothing after the revoke is cut short too: the catch-up notices the
 // revoke between pushes.
 func TestAttackRevokedSlowReader(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads for a slow client, so the node never sees one")
 	for _, after := range []int{10, 0} {
 		t.Run(fmt.Sprintf("%d frames after the revoke", after), func(t *testing.T) {
 			n := start(t)
@@ -59,6 +61,7 @@ func TestAttackRevokedSlowReader(t *testing.T) {
 // while its socket is open: once the node's clock passes the expiry, no frame is acted on
 // and the socket closes with 4004.
 func TestAttackExpiredSlowReader(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads for a slow client, so the node never sees one")
 	var clk clock
 	n := start(t, withClock(&clk))
 	n.user(t, "mallory")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 // Host and Origin and a text/plain body (no preflight). Each of the three marks is refused
 // on its own, no user is created, and the server's own page still signs in.
 func TestAttackDevLoginRebinding(t *testing.T) {
+	parleytest.OneNode(t, "the dev login checks the Host the node sees, which behind the balancer is the balancer's")
 	n := start(t, func(c *server.Config) { c.Gateway.DevLogin = true })
 	self := strings.TrimPrefix(n.URL, "http://")
 	_, port, _ := strings.Cut(self, ":")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"net/http"
 	"strconv"
 	"strings"
@@ -191,6 +192,7 @@ func TestAttackRenameFanout(t *testing.T) {
 // TestAttackGroupCreation: one user creates groups in a loop. Past the creation limit
 // (defaults: 20, then 1 per 10 s) they get 429; a bystander is unaffected.
 func TestAttackGroupCreation(t *testing.T) {
+	parleytest.OneNode(t, "per-user limits are kept per node (docs/design.md, \"Several nodes\")")
 	n := start(t)
 	n.user(t, "member")
 	mallory := n.user(t, "mallory")

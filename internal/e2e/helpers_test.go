@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -652,4 +653,11 @@ func (c *wsClient) closed() int {
 		return ce.Code
 	}
 	return -1
+}
+
+// cluster reports whether the tests run on several nodes (parleytest.EnvNodes), where a
+// few pushes may be skipped and filled by history, as the protocol allows.
+func cluster() bool {
+	n, _ := strconv.Atoi(os.Getenv(parleytest.EnvNodes))
+	return n >= 2
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"net/http"
 	"strconv"
 	"testing"
@@ -14,6 +15,7 @@ import (
 // devices past the per-user cap get 429 with Retry-After; the waiting-long-polls metric
 // agrees throughout, and other users' sends stay fast.
 func TestAttackLongPollFlood(t *testing.T) {
+	parleytest.OneNode(t, "it reads one node's metrics, and long-poll bounds are per node")
 	const perUser = 4
 	n := start(t, func(c *server.Config) { c.Gateway.LongPollsPerUser = perUser })
 	by := newBystander(t, n, "by")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"net/http"
 	"strconv"
 	"testing"
@@ -131,6 +132,7 @@ func TestReadFanoutGroup(t *testing.T) {
 // Retry-After once the burst is spent, on any of the user's devices), and another user's
 // pages are not.
 func TestHistoryRateLimit(t *testing.T) {
+	parleytest.OneNode(t, "per-user limits are kept per node (docs/design.md, \"Several nodes\")")
 	n := start(t, func(c *server.Config) { c.Gateway.HistoryRate, c.Gateway.HistoryBurst = 0.01, 3 })
 	alice := n.user(t, "alice")
 	bob := n.user(t, "bob")

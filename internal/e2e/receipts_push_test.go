@@ -59,10 +59,16 @@ func TestReceiptsPushedOverWebSocket(t *testing.T) {
 				got := n.ok(t, "GET", fmt.Sprintf("/v1/conversations/%s/receipts?seq=%d", convID, seq), alice, nil)
 				wantFields(t, fmt.Sprintf("pushed receipts of seq %d", seq), r, got)
 			}
+			minGap := 900 * time.Millisecond
+			if cluster() {
+				// Through a balancer, and after a raise that crossed the bus, on two
+				// cores shared by three nodes: a push may be held up longer.
+				minGap = 800 * time.Millisecond
+			}
 			for i := 1; i < len(times); i++ {
 				// The server spaces pushes a second apart; the network may bring two a
 				// little closer, never by a tenth of it on loopback.
-				if gap := times[i].Sub(times[i-1]); gap < 900*time.Millisecond {
+				if gap := times[i].Sub(times[i-1]); gap < minGap {
 					t.Errorf("receipts pushes %d and %d arrived %v apart, want about a second at least", i-1, i, gap)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"io"
 	"net"
 	"net/http"
@@ -83,6 +84,7 @@ func trickle(conn net.Conn, interval time.Duration, stop <-chan struct{}) {
 // answered and closed by the server within the body timeout (unauthenticated ones at once,
 // before their body is read), while other users' sends stay fast.
 func TestAttackSlowBody(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads a slow body before the node sees it")
 	const bodyTimeout = 2 * time.Second
 	n := start(t, func(c *server.Config) { c.Gateway.BodyTimeout = bodyTimeout })
 	by := newBystander(t, n, "by")
@@ -136,6 +138,7 @@ func TestAttackSlowBody(t *testing.T) {
 // TestAttackSlowBodyRateLimited: a device past its request limit is refused with 429 before
 // its body is read, and its connection closed, however slowly the body trickles.
 func TestAttackSlowBodyRateLimited(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads a slow body before the node sees it")
 	const bodyTimeout = 5 * time.Second
 	n := start(t, func(c *server.Config) {
 		c.Gateway.BodyTimeout = bodyTimeout

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"io"
 	"net"
 	"net/http"
@@ -140,6 +141,7 @@ func awaitHeaders(t *testing.T, readers []*slowReader) time.Time {
 // taking longer than the write timeout in all, gets all of it: the deadline bounds
 // progress, not the whole answer.
 func TestAttackSlowReader(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads for a slow client, so the node never sees one")
 	const writeTimeout = 2 * time.Second
 	n := start(t, func(c *server.Config) { c.Gateway.WriteTimeout, c.Gateway.SendRate = writeTimeout, 0 })
 	path, token := bigPage(t, n, 200)

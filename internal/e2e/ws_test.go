@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/parleychat/parley/internal/parleytest"
 	"net/http"
 	"net/url"
 	"strings"
@@ -365,6 +366,7 @@ func TestSyncRetention(t *testing.T) {
 // it, is disconnected; another user's connection keeps working meanwhile; the slow client
 // reconnects with its cursor and gets everything it missed.
 func TestWSSlowReader(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads for a slow client, so the node never sees one")
 	n := start(t, func(c *server.Config) {
 		c.Gateway.SendQueue = 4
 		c.Gateway.WriteTimeout = time.Second

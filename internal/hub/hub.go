@@ -229,6 +229,26 @@ func (s *Subscription) queueEvents(events []Event) bool {
 	return ok
 }
 
+// WakeAll hands every subscription a wake-up (an event without a Body) at cursor, so that
+// each reads its user's log from where it is: after the bus between nodes was down, the
+// wake-ups of the events committed meanwhile on other nodes were lost. A subscription
+// without room is ended with ErrOverflow, as by Publish.
+func (h *Hub) WakeAll(cursor int64) {
+	ev := []Event{{Cursor: cursor}}
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		for _, subs := range sh.subs {
+			for s := range subs {
+				if !s.offer(ev) {
+					sh.endLocked(s, ErrOverflow)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Kick ends every subscription of userID with ErrKicked.
 func (h *Hub) Kick(userID string) {
 	sh := h.shardOf(userID)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -23,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleychat/parley/internal/bus"
+	"github.com/parleychat/parley/internal/bus/bustest"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store/postgres/pgtest"
 	"github.com/parleychat/parley/protocol"
@@ -63,7 +66,8 @@ func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 const EnvStore = "PARLEY_TEST_STORE"
 
 // EnvNodes names the variable that makes Start and StartWith run a cluster: with
-// PARLEY_TEST_NODES=3 and EnvStore=postgres, three nodes share the test's schema, and the
+// PARLEY_TEST_NODES=3 and EnvStore=postgres, three nodes share the test's schema and talk
+// over the test NATS server (bustest; skipped without one), and the
 // Server's URL is a load balancer in front of them that sends every request and every
 // WebSocket to one of them at random. The Server's own fields (Service, Gateway...) are
 // the first node's.
@@ -80,10 +84,14 @@ func StartWith(tb testing.TB, cfg server.Config) *Server {
 		return s
 	}
 	nodes := make([]*Server, n)
+	prefix := bustest.RandomPrefix(tb) // this cluster's subjects, apart from other tests'
 	for i := range nodes {
 		c := cfg
 		if i > 0 {
 			c.Data = tb.TempDir() // the node's files (none that matter: the store is shared)
+		}
+		if c.Bus == nil && c.BusURL == "" {
+			c.Bus = bustest.OpenNATS(tb, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix, Name: fmt.Sprintf("node %d", i)})
 		}
 		nodes[i] = startNode(tb, c)
 	}
@@ -238,5 +246,15 @@ func (s *Server) MustDo(tb testing.TB, method, path, token string, body, out any
 		if err := json.Unmarshal(raw, out); err != nil {
 			tb.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
 		}
+	}
+}
+
+// OneNode skips tb when the tests run on a cluster (EnvNodes): for a test of what one node
+// does on its own (its metrics, its per-node limits, a slow client's effect on its
+// connection, which the cluster's balancer would absorb), why says which.
+func OneNode(tb testing.TB, why string) {
+	tb.Helper()
+	if n, _ := strconv.Atoi(os.Getenv(EnvNodes)); n >= 2 {
+		tb.Skipf("one node only (%s=%d): %s", EnvNodes, n, why)
 	}
 }
