@@ -38,8 +38,8 @@ const fdBudget = 19000
 type Config struct {
 	Scenario string
 
-	Server      string   // base URL of a running server, or several as "URL1,URL2" (see ParseServers); empty starts one
-	AdminSecret string   // the server's admin secret (required with Server)
+	Server      string // base URL of a running server, or several as "URL1,URL2" (see ParseServers); empty starts one
+	AdminSecret string // the server's admin secret (required with Server)
 	// Cluster > 0 starts that many nodes instead of one, on a fresh schema of the PostgreSQL
 	// database PostgresURL, dropped at the end of the run; Bus, if set, is passed to every
 	// node as --bus. With a --server list, Bus only says the nodes share one (see Resync).
@@ -52,8 +52,8 @@ type Config struct {
 	// load; its clients move to another node, and the time they take to be caught up is
 	// measured.
 	KillNodeAfter time.Duration
-	ServerArgs  []string // extra flags for the server the bench starts
-	Procs       int      // load processes: 1 runs the load in this process, N > 1 re-executes N workers
+	ServerArgs    []string // extra flags for the server the bench starts
+	Procs         int      // load processes: 1 runs the load in this process, N > 1 re-executes N workers
 
 	Pairs    int           // direct: sender/receiver pairs
 	Members  int           // group, read-storm, largegroup, readstorm, broadcast: group size

@@ -58,17 +58,17 @@ type SenderSpec struct {
 
 // Job is one worker's share of a run.
 type Job struct {
-	Scenario string        `json:"scenario"`
-	Worker   int           `json:"worker"`
-	Server   string        `json:"server"`          // the first node
-	Nodes    []string      `json:"nodes,omitempty"` // every node, when there are several
+	Scenario string   `json:"scenario"`
+	Worker   int      `json:"worker"`
+	Server   string   `json:"server"`          // the first node
+	Nodes    []string `json:"nodes,omitempty"` // every node, when there are several
 	// Resync (several nodes without a known bus) has devices that wait for messages sync
 	// again by reconnecting: a node learns nothing of what the others store, so a device
 	// receives what another node stored only when it next syncs.
 	Resync bool `json:"resync,omitempty"`
 	// Failover (--kill-node-after) has the worker watch the nodes' health and move the
 	// devices of a node that died to the next live one.
-	Failover bool `json:"failover,omitempty"`
+	Failover bool          `json:"failover,omitempty"`
 	Duration time.Duration `json:"duration"` // 0: until quotas are met
 	Interval time.Duration `json:"interval"` // time slot of the charts
 	Size     int           `json:"size"`
