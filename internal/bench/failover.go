@@ -214,6 +214,9 @@ func (d *device) send(ctx context.Context, conv string, content json.RawMessage)
 			d.w.rec.count("resent_on_another_node", 1)
 			continue
 		}
+		if err == nil && ack.Duplicate {
+			d.w.rec.count("resent_duplicates", 1) // stored by the dead node before it died: its original ack
+		}
 		d.sends.end(n, conv, ack, err)
 		return ack, err
 	}
