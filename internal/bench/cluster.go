@@ -203,16 +203,24 @@ func (cl *cluster) Stop() {
 	_ = cl.pg.Close(ctx)
 }
 
-// commits returns the transactions committed so far in the bench's database (every node's
-// and the bench's own statistics queries), from pg_stat_database.
-func (cl *cluster) commits(ctx context.Context) (float64, bool) {
+// pgStats adds to m the database's counters: the transactions committed in the bench's
+// database (every node's, and the bench's own statistics queries), from pg_stat_database,
+// which backends update up to a second late while busy and up to ten seconds late once idle;
+// and two the server keeps exactly, for all its databases: the next transaction id (one is
+// taken by each transaction that writes) and the WAL written.
+func (cl *cluster) pgStats(ctx context.Context, m metricSet) {
 	cl.pgMu.Lock()
 	defer cl.pgMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var n int64
-	err := cl.pg.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
-	return float64(n), err == nil
+	var commits, xid int64
+	var wal float64
+	err := cl.pg.QueryRow(ctx, `SELECT xact_commit, txid_snapshot_xmax(txid_current_snapshot()),
+		(pg_current_wal_insert_lsn() - '0/0')::float8
+		FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits, &xid, &wal)
+	if err == nil {
+		m[mPGCommits], m[mPGXid], m[mPGWAL] = float64(commits), float64(xid), wal
+	}
 }
 
 // localPostgres reports whether the database URL names a server on this machine, whose
@@ -246,9 +254,7 @@ func (c *coord) postgresSampler() func(ctx context.Context, m metricSet) {
 				m[mPGCPU] = v
 			}
 		}
-		if v, ok := c.cluster.commits(ctx); ok {
-			m[mPGCommits] = v
-		}
+		c.cluster.pgStats(ctx, m)
 	}
 }
 
@@ -270,11 +276,31 @@ func (c *coord) postgresFigures(r *Report, samples []sample) {
 			r.Extra["postgres_cpu_us_per_msg"] = 1e6 * cpu / float64(r.Acked)
 		}
 	}
-	if n, ok := delta(mPGCommits); ok {
-		n = max(n-float64(len(samples)-1), 0) // less the sampler's own queries
-		r.Extra["pg_commits"] = n
+	figures := []struct {
+		key, name string
+		own       float64 // what each sample adds itself
+	}{
+		{mPGCommits, "pg_commits", 1},
+		{mPGXid, "pg_write_xacts", 0},
+		{mPGWAL, "pg_wal_bytes", 0},
+	}
+	for _, f := range figures {
+		n, ok := delta(f.key)
+		if !ok {
+			continue
+		}
+		n = max(n-f.own*float64(len(samples)-1), 0)
+		r.Extra[f.name] = n
 		if r.Acked > 0 {
-			r.Extra["pg_commits_per_msg"] = n / float64(r.Acked)
+			r.Extra[strings.TrimSuffix(f.name, "_bytes")+"_per_msg"+bytesSuffix(f.name)] = n / float64(r.Acked)
 		}
 	}
+}
+
+// bytesSuffix keeps a figure's _bytes suffix last, where the report looks for it.
+func bytesSuffix(name string) string {
+	if strings.HasSuffix(name, "_bytes") {
+		return "_bytes"
+	}
+	return ""
 }

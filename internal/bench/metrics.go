@@ -122,6 +122,8 @@ type sample struct {
 const (
 	mPGCPU     = "bench_postgres_cpu_seconds" // CPU of the postgres user's processes on this machine
 	mPGCommits = "bench_postgres_xact_commit" // transactions committed in the bench's database
+	mPGXid     = "bench_postgres_next_xid"    // the server's next transaction id
+	mPGWAL     = "bench_postgres_wal_bytes"   // the server's WAL insert position
 )
 
 // sampler scrapes the server's metrics every second while a run lasts. With several nodes
