@@ -143,6 +143,10 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	if len(c.nodes) > 1 && cfg.Bus == "" {
 		c.note("%d nodes without a bus (--bus): a device receives what another node stored when it syncs again; "+
 			"devices still behind after the load resync every %v", len(c.nodes), resyncEvery)
+		if roomScenario(cfg.Scenario) {
+			c.note("warning: %s's connections are bare WebSockets, which do not resync: without a bus, those on "+
+				"another node than the sender's will miss its pushes (reported as violations)", cfg.Scenario)
+		}
 	}
 	sctx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSampler()
