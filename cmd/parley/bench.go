@@ -57,15 +57,15 @@ and its receiver are usually on different nodes; setup goes through the first no
 --cluster N starts N nodes itself on a schema of their own in the PostgreSQL database of
 --postgres-url (PARLEY_POSTGRES_URL), created for each run and dropped at its end, passing
 --bus to each when given; the report adds PostgreSQL's CPU (its processes on this machine)
-and commits per acked message. Nodes without a bus only push what they stored themselves:
+and its transactions, commits and WAL per acked message. Nodes without a bus only push what they stored themselves:
 devices behind after the load sync again (resyncs). 'direct --cluster 3 --duration 10s
 --kill-node-after 5s' SIGKILLs the last node mid-load; its clients move to the next live
 node, resend what was not acked under the same client_msg_id, resume from their cursor,
 and the time from the kill until each is caught up is reported (killnode_catchup_*).
 
 --runs N runs the scenario N times back to back (each on a fresh server or cluster unless
---server is given) and reports median, min and max of every headline figure; --json then holds the
-medians at the top level and each run under "runs". --baseline (direct, group) also runs
+--server is given) and reports median, min and max of every headline figure; --json then
+holds the medians at the top level and each run under "runs". --baseline (direct, group) also runs
 echo with the same senders, size, procs, duration and runs, and reports the ratio;
 broadcast's --baseline runs broadcast-naive and reports the ratio of deliveries/s.
 `
