@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/parleychat/parley/client"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store/postgres/pgtest"
 )
@@ -281,4 +282,42 @@ func schemaExists(t *testing.T, dbURL, schema string) bool {
 		t.Fatal(err)
 	}
 	return n > 0
+}
+
+// A kill interrupts the sends under way: a device is caught up only once they have ended,
+// and then up to the seqs they were given as well.
+func TestSendLogAfterKill(t *testing.T) {
+	var l sendLog
+	t0 := time.Now()
+	before := l.begin(t0)
+	done := l.begin(t0)
+	l.end(done, "c", client.MessageAck{Seq: 3}, nil)
+	l.killed(t0.Add(time.Millisecond))
+	after := l.begin(t0.Add(2 * time.Millisecond))
+	base := map[string]int64{"c": 4, "d": 2}
+	if _, ok := l.targets(base); ok {
+		t.Fatal("caught up with a send interrupted by the kill still under way")
+	}
+	l.end(before, "d", client.MessageAck{Seq: 9}, nil)
+	got, ok := l.targets(base)
+	if !ok || got["c"] != 4 || got["d"] != 9 {
+		t.Fatalf("targets %v, %v; want c 4, d 9 (the interrupted send's seq) with the later send still under way", got, ok)
+	}
+	l.end(after, "c", client.MessageAck{Seq: 10}, nil)
+	if got, _ := l.targets(base); got["c"] != 4 {
+		t.Fatalf("a send started after the kill raised the target to %d", got["c"])
+	}
+}
+
+func TestNextLiveNode(t *testing.T) {
+	h := &nodeHealth{dead: []bool{false, false, true, false}}
+	for from, want := range map[int]int{0: 1, 1: 3, 2: 3, 3: 0} {
+		if got := h.next(from); got != want {
+			t.Errorf("next(%d) = %d, want %d", from, got, want)
+		}
+	}
+	h.dead = []bool{true, false}
+	if got := h.next(1); got != 1 {
+		t.Errorf("next(1) with no other live node = %d, want 1", got)
+	}
 }

@@ -26,9 +26,9 @@ import (
 // healthEvery is how often a worker probes every node.
 const healthEvery = 200 * time.Millisecond
 
-// deadAfter is how many probes in a row must fail without a refusal for a node to count
-// as dead: a node that refuses connections is dead at once, one slow to answer may only be
-// busy.
+// deadAfter is how many probes in a row must fail without a refusal (each given 2 s) for a
+// node to count as dead: a node that refuses connections is dead at once, one slow to
+// answer may only be busy.
 const deadAfter = 5
 
 // nodeHealth is a worker's view of which nodes are alive.
@@ -76,7 +76,7 @@ func (h *nodeHealth) suspect() {
 
 // probe checks node i and reports whether it is still alive.
 func (h *nodeHealth) probe(ctx context.Context, i int) bool {
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err := getOK(pctx, h.w.hc, h.w.job.Nodes[i]+"/healthz")
 	h.mu.Lock()
