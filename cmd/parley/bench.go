@@ -51,9 +51,21 @@ directory and stops it at the end. Every run verifies deliveries, cursors and re
 any violation makes the exit status 1. 'parley bench <scenario> --help' lists the flags with
 the scenario's defaults.
 
---runs N runs the scenario N times back to back (each on a fresh server unless --server is
-given) and reports median, min and max of every headline figure; --json then holds the
-medians at the top level and each run under "runs". --baseline (direct, group) also runs
+Several nodes: --server URL1,URL2,... spreads the devices (each sender, receiver or
+connection) over the nodes at random, seeded (--seed, reported), so that in direct a sender
+and its receiver are usually on different nodes; setup goes through the first node.
+--cluster N starts N nodes itself on a schema of their own in the PostgreSQL database of
+--postgres-url (PARLEY_POSTGRES_URL), created for each run and dropped at its end, passing
+--bus to each when given; the report adds PostgreSQL's CPU (its processes on this machine)
+and its transactions, commits and WAL per acked message. Nodes without a bus only push what they stored themselves:
+devices behind after the load sync again (resyncs). 'direct --cluster 3 --duration 10s
+--kill-node-after 5s' SIGKILLs the last node mid-load; its clients move to the next live
+node, resend what was not acked under the same client_msg_id, resume from their cursor,
+and the time from the kill until each is caught up is reported (killnode_catchup_*).
+
+--runs N runs the scenario N times back to back (each on a fresh server or cluster unless
+--server is given) and reports median, min and max of every headline figure; --json then
+holds the medians at the top level and each run under "runs". --baseline (direct, group) also runs
 echo with the same senders, size, procs, duration and runs, and reports the ratio;
 broadcast's --baseline runs broadcast-naive and reports the ratio of deliveries/s.
 `
@@ -125,9 +137,16 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	in := func(scenarios ...string) bool { return slices.Contains(scenarios, scenario) }
 	serverArgs := new(string)
 	if !in("echo", "broadcast-naive") {
-		fs.StringVar(&c.Server, "server", "", "base URL of a running server (default: start one)")
+		fs.StringVar(&c.Server, "server", "", "base URL of a running server, or several nodes as URL1,URL2,... over which the devices are spread at random (default: start one)")
 		fs.StringVar(&c.AdminSecret, "admin-secret", "", "admin secret of --server")
 		fs.StringVar(serverArgs, "server-args", "", "extra flags for the server the bench starts, space-separated (e.g. \"--relaxed-durability\")")
+		fs.IntVar(&c.Cluster, "cluster", 0, "start N nodes ('parley serve --store postgres') on a fresh schema of --postgres-url's database, dropped at the end of each run")
+		fs.StringVar(&c.PostgresURL, "postgres-url", bench.DefaultPostgresURL, "PostgreSQL database of --cluster (the schema is created in it)")
+		fs.StringVar(&c.Bus, "bus", "", "with --cluster: passed to every node as --bus (nats://...); with a --server list: says the nodes share a bus, so devices do not resync")
+		fs.Uint64Var(&c.Seed, "seed", 0, "seed of the random spread of devices over the nodes (0: pick one; reported)")
+	}
+	if in("direct") {
+		fs.DurationVar(&c.KillNodeAfter, "kill-node-after", 0, "with --cluster 2 or more: SIGKILL the last node this long into the load; its clients move to the next live node, and their catch-up time is reported")
 	}
 	fs.IntVar(&c.Procs, "procs", c.Procs, "load processes: 1 runs the load in this process, N > 1 in N worker processes")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "run the scenario N times back to back (a fresh server each time unless --server) and report medians")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +29,13 @@ const echoEnv = "PARLEY_BENCH_TEST_ECHO"
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		if err := Work(context.Background(), os.Stdin, os.Stdout, nil); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(serveEnv) == "1" {
+		if err := testServe(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -38,10 +38,22 @@ const fdBudget = 19000
 type Config struct {
 	Scenario string
 
-	Server      string   // base URL of a running server; empty starts one
-	AdminSecret string   // the server's admin secret (required with Server)
-	ServerArgs  []string // extra flags for the server the bench starts
-	Procs       int      // load processes: 1 runs the load in this process, N > 1 re-executes N workers
+	Server      string // base URL of a running server, or several as "URL1,URL2" (see ParseServers); empty starts one
+	AdminSecret string // the server's admin secret (required with Server)
+	// Cluster > 0 starts that many nodes instead of one, on a fresh schema of the PostgreSQL
+	// database PostgresURL, dropped at the end of the run; Bus, if set, is passed to every
+	// node as --bus. With a --server list, Bus only says the nodes share one (see Resync).
+	Cluster     int
+	PostgresURL string
+	Bus         string
+	// Seed makes the spread of devices over the nodes reproducible; 0 picks one, reported.
+	Seed uint64
+	// KillNodeAfter (direct, --cluster >= 2) SIGKILLs the last node this long into the
+	// load; its clients move to another node, and the time they take to be caught up is
+	// measured.
+	KillNodeAfter time.Duration
+	ServerArgs    []string // extra flags for the server the bench starts
+	Procs         int      // load processes: 1 runs the load in this process, N > 1 re-executes N workers
 
 	Pairs    int           // direct: sender/receiver pairs
 	Members  int           // group, read-storm, largegroup, readstorm, broadcast: group size
@@ -123,6 +135,19 @@ func (c Config) Validate() error {
 	}
 	check(slices.Contains(Scenarios, c.Scenario), "unknown scenario %q (one of %v)", c.Scenario, Scenarios)
 	check(c.Server == "" || c.AdminSecret != "", "--admin-secret is required with --server")
+	if c.Server != "" {
+		_, err := ParseServers(c.Server)
+		check(err == nil, "%v", err)
+	}
+	check(c.Cluster >= 0, "--cluster must not be negative")
+	check(c.Cluster == 0 || c.Server == "", "--cluster starts its own nodes; --server does not apply")
+	check(c.Cluster == 0 || c.PostgresURL != "", "--cluster needs --postgres-url (PARLEY_POSTGRES_URL)")
+	check(c.Cluster == 0 || (c.Scenario != "echo" && c.Scenario != "broadcast-naive"), "%s starts its own server; --cluster does not apply", c.Scenario)
+	if c.KillNodeAfter != 0 {
+		check(c.Scenario == "direct", "--kill-node-after is for direct")
+		check(c.Cluster >= 2, "--kill-node-after needs --cluster 2 or more: the bench kills a node it started, and its clients need another")
+		check(c.KillNodeAfter > 0 && c.Messages == 0 && c.KillNodeAfter < c.Duration, "--kill-node-after must fall inside --duration (and --messages not be given)")
+	}
 	check(c.Procs >= 1, "--procs must be at least 1")
 	check(c.Runs >= 1, "--runs must be at least 1")
 	check(!c.Baseline || c.Scenario == "direct" || c.Scenario == "group" || c.Scenario == "broadcast", "--baseline is for direct, group and broadcast")
@@ -187,8 +212,10 @@ type Hooks struct {
 // Options are how the bench reaches the world beyond its Config.
 type Options struct {
 	// ServerArgv starts a server when Config.Server is empty: the parley binary and
-	// "serve" (flags for address, data, secret and rate limits are added).
+	// "serve" (flags for address, data, secret and rate limits are added). The nodes of
+	// --cluster get ServerEnv added to their environment.
 	ServerArgv []string
+	ServerEnv  []string
 	// WorkerArgv starts a worker process (Procs > 1): the parley binary and the hidden
 	// worker command. WorkerEnv is added to its environment.
 	WorkerArgv []string

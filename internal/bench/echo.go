@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,14 +168,13 @@ type echoLoad struct {
 }
 
 func newEchoLoad(w *worker) *echoLoad {
-	base := strings.TrimRight(w.job.Server, "/")
 	d := &websocket.Dialer{HandshakeTimeout: 30 * time.Second} // as the SDK's (client/client.go newDialer)
 	if t, ok := w.hc.Transport.(*http.Transport); ok {
 		d.NetDialContext = t.DialContext
 	}
 	return &echoLoad{
 		w: w, dialer: d, conns: make([]*websocket.Conn, len(w.job.Senders)),
-		url: "ws" + strings.TrimPrefix(base, "http") + echoPath,
+		url: wsBase(w.job.Server) + echoPath,
 	}
 }
 

@@ -46,6 +46,9 @@ td:first-child{color:#666;white-space:nowrap}h1{font-size:20px}h2{font-size:16px
 	cfg, _ := json.Marshal(r.Config)
 	cell("configuration", html.EscapeString(string(cfg)))
 	cell("server", html.EscapeString(r.Server+" — "+fmtEnvServer(r.Env)))
+	if r.Topology != nil {
+		cell("topology", html.EscapeString(r.Topology.String()))
+	}
 	cell("bench", html.EscapeString(fmtEnvBench(r.Env)))
 	cell("load time", fmt.Sprintf("%.2f s", r.DurationS))
 	cell("operations", fmt.Sprintf("%d (%.0f/s) — %s", r.Ops, r.OpsPerSec, html.EscapeString(r.Op)))

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +21,6 @@ import (
 type idle struct {
 	w      *worker
 	dialer *websocket.Dialer
-	wsURL  string
 
 	mu    sync.Mutex // guards conns
 	conns []*idleConn
@@ -37,11 +35,8 @@ type idleConn struct {
 }
 
 func newIdle(w *worker) *idle {
-	base := strings.TrimRight(w.job.Server, "/")
-	base = "ws" + strings.TrimPrefix(base, "http")
 	return &idle{
-		w:     w,
-		wsURL: base + "/v1/ws",
+		w: w,
 		dialer: &websocket.Dialer{
 			HandshakeTimeout: 30 * time.Second,
 			ReadBufferSize:   1024, WriteBufferSize: 1024,
@@ -74,7 +69,7 @@ func (l *idle) run(ctx context.Context, at time.Time, stop <-chan struct{}) {
 func (l *idle) open(ctx context.Context, a Account) {
 	t0 := time.Now()
 	h := http.Header{"Authorization": {"Bearer " + a.Token}}
-	ws, resp, err := l.dialer.DialContext(ctx, l.wsURL+"?token="+url.QueryEscape(a.Token), h)
+	ws, resp, err := l.dialer.DialContext(ctx, wsBase(l.w.job.nodeURL(a))+"/v1/ws?token="+url.QueryEscape(a.Token), h)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}

@@ -118,13 +118,25 @@ type sample struct {
 	M  metricSet
 }
 
-// sampler scrapes the server's metrics every second while a run lasts.
-type sampler struct {
-	hc   *http.Client
-	base string
+// Figures of PostgreSQL that the sampler adds to a cluster's samples (see cluster.go).
+const (
+	mPGCPU     = "bench_postgres_cpu_seconds" // CPU of the postgres user's processes on this machine
+	mPGCommits = "bench_postgres_xact_commit" // transactions committed in the bench's database
+	mPGXid     = "bench_postgres_next_xid"    // the server's next transaction id
+	mPGWAL     = "bench_postgres_wal_bytes"   // the server's WAL insert position
+)
 
-	mu      sync.Mutex // guards samples and err
+// sampler scrapes the server's metrics every second while a run lasts. With several nodes
+// a sample is the sum of theirs (CPU and memory of all nodes together); a node that stops
+// answering (killed) counts with its last answer. extra, if set, adds figures of its own.
+type sampler struct {
+	hc    *http.Client
+	bases []string
+	extra func(ctx context.Context, m metricSet)
+
+	mu      sync.Mutex // guards samples, last and err
 	samples []sample
+	last    map[string]metricSet // each node's last answer
 	err     error
 }
 
@@ -143,14 +155,34 @@ func (s *sampler) run(ctx context.Context) {
 
 // take scrapes once, records the sample and returns it (nil on failure).
 func (s *sampler) take(ctx context.Context) metricSet {
-	m, err := scrape(ctx, s.hc, s.base)
+	scraped := make([]metricSet, len(s.bases))
+	errs := make([]error, len(s.bases))
+	for i, b := range s.bases {
+		scraped[i], errs[i] = scrape(ctx, s.hc, b)
+	}
+	m := metricSet{}
+	if s.extra != nil {
+		s.extra(ctx, m)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err != nil {
-		if s.err == nil && ctx.Err() == nil {
-			s.err = err
+	if s.last == nil {
+		s.last = map[string]metricSet{}
+	}
+	for i, b := range s.bases {
+		if errs[i] == nil {
+			s.last[b] = scraped[i]
 		}
-		return nil
+		last, ok := s.last[b]
+		if !ok {
+			if s.err == nil && ctx.Err() == nil {
+				s.err = errs[i]
+			}
+			return nil
+		}
+		for k, v := range last {
+			m[k] += v
+		}
 	}
 	s.samples = append(s.samples, sample{At: time.Now(), M: m})
 	return m

@@ -17,6 +17,7 @@ import (
 //	stop (optional, early end)   sent {acks}      load finished, acks of this worker
 //	drain {targets, hold}        result           receivers caught up (or timed out)
 //	                             fail {error}     at any point: the worker gave up
+//	kill {node, at} (optional: the coordinator SIGKILLed a node at `at`)
 
 // Wire ops.
 const (
@@ -29,6 +30,7 @@ const (
 	opDrain    = "drain"
 	opResult   = "result"
 	opFail     = "fail"
+	opKill     = "kill"
 )
 
 // Account is one device's credentials.
@@ -36,6 +38,7 @@ type Account struct {
 	User   string `json:"user"`
 	Device string `json:"device"`
 	Token  string `json:"token"`
+	Node   int    `json:"node,omitempty"` // index into Job.Nodes: the node it connects to
 }
 
 // DeviceSpec is a device a worker drives and checks.
@@ -55,9 +58,17 @@ type SenderSpec struct {
 
 // Job is one worker's share of a run.
 type Job struct {
-	Scenario string        `json:"scenario"`
-	Worker   int           `json:"worker"`
-	Server   string        `json:"server"`
+	Scenario string   `json:"scenario"`
+	Worker   int      `json:"worker"`
+	Server   string   `json:"server"`          // the first node
+	Nodes    []string `json:"nodes,omitempty"` // every node, when there are several
+	// Resync (several nodes without a known bus) has devices that wait for messages sync
+	// again by reconnecting: a node learns nothing of what the others store, so a device
+	// receives what another node stored only when it next syncs.
+	Resync bool `json:"resync,omitempty"`
+	// Failover (--kill-node-after) has the worker watch the nodes' health and move the
+	// devices of a node that died to the next live one.
+	Failover bool          `json:"failover,omitempty"`
 	Duration time.Duration `json:"duration"` // 0: until quotas are met
 	Interval time.Duration `json:"interval"` // time slot of the charts
 	Size     int           `json:"size"`
@@ -114,6 +125,15 @@ type wire struct {
 	Times  map[string][]SentAt `json:"times,omitempty"`
 	Result *Result             `json:"result,omitempty"`
 	Error  string              `json:"error,omitempty"`
+	Node   int                 `json:"node,omitempty"` // kill: the node killed
+}
+
+// nodeURL returns the base URL of the node a's device connects to.
+func (j *Job) nodeURL(a Account) string {
+	if a.Node >= 0 && a.Node < len(j.Nodes) {
+		return j.Nodes[a.Node]
+	}
+	return j.Server
 }
 
 // lineWriter writes wire messages, one per line, from any goroutine.

@@ -201,7 +201,7 @@ func (c *coord) cursorSync(ctx context.Context, d *rdev, targets map[string]int6
 	defer hc.CloseIdleConnections()
 	t0 := time.Now()
 	cl := client.New(client.Options{
-		BaseURL: c.base, Token: d.acct.Token, UserID: d.acct.User, HTTPClient: hc, Cursor: d.cursor,
+		BaseURL: c.nodeURL(d.acct), Token: d.acct.Token, UserID: d.acct.User, HTTPClient: hc, Cursor: d.cursor,
 		OnReset: func(s client.SyncSnapshot) { d.stream.Reset(s.Cursor) },
 		OnEvent: func(ev client.SyncEvent) {
 			if h := c.hooks().DropEvent; h != nil && h(d.acct.User, d.label, ev) {
@@ -249,7 +249,7 @@ func (c *coord) snapshotSync(ctx context.Context, a Account, acks map[string]*Ac
 	hc := newHTTPClient(4, &n)
 	defer hc.CloseIdleConnections()
 	label := a.User + "/" + a.Device
-	cl := client.New(client.Options{BaseURL: c.base, Token: a.Token, UserID: a.User, HTTPClient: hc})
+	cl := client.New(client.Options{BaseURL: c.nodeURL(a), Token: a.Token, UserID: a.User, HTTPClient: hc})
 	t0 := time.Now()
 	snap, err := cl.Snapshot(ctx, 100)
 	if err != nil {

@@ -18,9 +18,12 @@ import (
 // Report is everything a run measured. Its JSON form (--json) is the record to compare runs
 // with; rates are per second of load, latencies in milliseconds.
 type Report struct {
-	Scenario  string    `json:"scenario"`
-	Config    configOut `json:"config"`
-	Server    string    `json:"server"` // "spawned" or the URL driven
+	Scenario string    `json:"scenario"`
+	Config   configOut `json:"config"`
+	Server   string    `json:"server"` // "spawned" or the URL driven
+	// Topology is set when the run drove several nodes or a cluster it started: the nodes,
+	// the store and bus they share, the spread of the devices.
+	Topology  *Topology `json:"topology,omitempty"`
 	Env       Env       `json:"env"`
 	Op        string    `json:"op"` // what latency_ms measures
 	StartedAt time.Time `json:"started_at"`
@@ -422,6 +425,9 @@ func writeTable(w io.Writer, r *Report) {
 	cfg, _ := json.Marshal(r.Config)
 	row("scenario", "%s  %s", r.Scenario, cfg)
 	row("server", "%s  %s", r.Server, fmtEnvServer(r.Env))
+	if r.Topology != nil {
+		row("topology", "%s", r.Topology)
+	}
 	row("bench", "%s", fmtEnvBench(r.Env))
 	row("load time", "%.2f s", r.DurationS)
 	row("operations", "%d  (%.0f/s)  %s", r.Ops, r.OpsPerSec, r.Op)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +120,6 @@ type roomLoad struct {
 	w      *worker
 	job    *RoomJob
 	dialer *websocket.Dialer
-	base   string
 	conns  []*roomConn
 
 	closing atomic.Bool
@@ -136,10 +134,8 @@ type roomLoad struct {
 }
 
 func newRoomLoad(w *worker) *roomLoad {
-	base := strings.TrimRight(w.job.Server, "/")
 	return &roomLoad{
 		w: w, job: w.job.Room,
-		base: "ws" + strings.TrimPrefix(base, "http"),
 		dialer: &websocket.Dialer{
 			HandshakeTimeout: 30 * time.Second,
 			ReadBufferSize:   4096, WriteBufferSize: 1024,
@@ -207,7 +203,7 @@ func appendConvParam(b []byte, conv string) []byte {
 }
 
 func (c *roomConn) dial(ctx context.Context) error {
-	u := c.l.base + c.l.job.path()
+	u := wsBase(c.l.w.job.nodeURL(c.spec.Account)) + c.l.job.path()
 	var h http.Header
 	if c.spec.Token != "" {
 		u += "?token=" + url.QueryEscape(c.spec.Token)

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,6 +44,11 @@ type coord struct {
 	sampler *sampler
 	env     Env // recorded in every report
 
+	nodes   []string  // every node's base URL; base is the first
+	spread  *spreader // deals devices to nodes
+	cluster *cluster  // the nodes started for --cluster
+	killed  *int      // --kill-node-after: the node killed, once it is
+
 	progMu   sync.Mutex // serialises progress output
 	progLine bool       // a progress line is on screen (terminal mode)
 }
@@ -63,6 +69,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 	}
 	// Worker processes, the server and the progress line all write to stderr.
 	opts.Stderr = &syncWriter{w: opts.Stderr}
+	for cfg.Seed == 0 { // one seed for every run of a series: the same spread each time
+		cfg.Seed = rand.Uint64()
+	}
 	if cfg.Runs > 1 || cfg.Baseline {
 		return runSeries(ctx, cfg, opts)
 	}
@@ -96,27 +105,30 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 		defer srv.Stop()
 		c.base, c.spawned = srv.URL, true
 		c.note("started echo server %s (pid %d)", srv.URL, srv.cmd.Process.Pid)
+	case cfg.Cluster > 0:
+		cl, err := startCluster(ctx, cfg, opts, c.serverFlags(), c.stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Stop() // also drops the schema
+		c.cluster, c.nodes, c.secret, c.spawned = cl, cl.URLs(), cl.secret, true
+		c.note("started %d nodes %v on PostgreSQL schema %s", len(cl.nodes), c.nodes, cl.schema)
 	case cfg.Server == "":
-		extra := append([]string{}, cfg.ServerArgs...)
-		if cfg.Members > 500 {
-			extra = append(extra, "--max-group-members", fmt.Sprint(cfg.Members))
-		}
-		if roomScenario(cfg.Scenario) && cfg.Members <= 500 {
-			// A group this small stays in write fanout by default; these scenarios
-			// measure read fanout, so the server switches it.
-			extra = append(extra, "--write-fanout-max", fmt.Sprint(cfg.Members/2))
-		}
-		if cfg.Scenario == "idle" && cfg.Conns > fdBudget {
-			c.note("warning: the server started here may open about %d files; %d connections may not fit", fdBudget, cfg.Conns)
-		}
-		srv, err := startServer(ctx, opts.ServerArgv, extra, c.stderr)
+		srv, err := startServer(ctx, opts.ServerArgv, c.serverFlags(), c.stderr)
 		if err != nil {
 			return nil, err
 		}
 		defer srv.Stop()
 		c.base, c.secret, c.spawned = srv.URL, srv.Secret, true
 		c.note("started server %s (pid %d, data %s)", srv.URL, srv.cmd.Process.Pid, srv.dir)
+	default:
+		c.nodes, _ = ParseServers(cfg.Server) // Validate checked it
 	}
+	if len(c.nodes) == 0 {
+		c.nodes = []string{c.base}
+	}
+	c.base = c.nodes[0]
+	c.spread = newSpreader(cfg.Seed, len(c.nodes))
 	c.hc = newHTTPClient(256, nil)
 	defer c.hc.CloseIdleConnections() // the server's shutdown waits for idle ones
 	c.admin = client.NewAdmin(c.base, c.secret, c.hc)
@@ -124,7 +136,18 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 		return nil, err
 	}
 	c.env = c.environment(ctx)
-	c.sampler = &sampler{hc: c.hc, base: c.base}
+	c.sampler = &sampler{hc: c.hc, bases: c.nodes}
+	if c.cluster != nil {
+		c.sampler.extra = c.postgresSampler()
+	}
+	if len(c.nodes) > 1 && cfg.Bus == "" {
+		c.note("%d nodes without a bus (--bus): a device receives what another node stored when it syncs again; "+
+			"devices still behind after the load resync every %v", len(c.nodes), resyncEvery)
+		if roomScenario(cfg.Scenario) {
+			c.note("warning: %s's connections are bare WebSockets, which do not resync: without a bus, those on "+
+				"another node than the sender's will miss its pushes (reported as violations)", cfg.Scenario)
+		}
+	}
 	sctx, stopSampler := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSampler()
 	go c.sampler.run(sctx)
@@ -180,27 +203,66 @@ func (c *coord) setup(ctx context.Context) (*plan, error) {
 	return nil, fmt.Errorf("unknown scenario %q", c.cfg.Scenario)
 }
 
-// healthy waits up to 10 s for GET /healthz to answer 200.
+// serverFlags are the flags of the servers the bench starts beyond its own: the
+// operator's --server-args and what the scenario needs.
+func (c *coord) serverFlags() []string {
+	cfg := c.cfg
+	extra := append([]string{}, cfg.ServerArgs...)
+	if cfg.Members > 500 {
+		extra = append(extra, "--max-group-members", fmt.Sprint(cfg.Members))
+	}
+	if roomScenario(cfg.Scenario) && cfg.Members <= 500 {
+		// A group this small stays in write fanout by default; these scenarios
+		// measure read fanout, so the server switches it.
+		extra = append(extra, "--write-fanout-max", fmt.Sprint(cfg.Members/2))
+	}
+	if cfg.Scenario == "idle" && cfg.Conns > fdBudget {
+		c.note("warning: the server started here may open about %d files; %d connections may not fit", fdBudget, cfg.Conns)
+	}
+	return extra
+}
+
+// healthy waits up to 10 s for GET /healthz to answer 200 on every node.
 func (c *coord) healthy(ctx context.Context) error {
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/healthz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := c.hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+	for _, base := range c.nodes {
+		for {
+			err := getOK(ctx, c.hc, base+"/healthz")
+			if err == nil {
+				break
 			}
-			err = fmt.Errorf("GET /healthz: %s", resp.Status)
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("server %s not healthy: %w", base, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("server %s not healthy: %w", c.base, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	return nil
+}
+
+// scheduleKill SIGKILLs the cluster's last node KillNodeAfter into the load started at
+// `at`, and tells the workers when. stop cancels it if it has not happened and waits.
+func (c *coord) scheduleKill(ctx context.Context, hs []*handle, at time.Time) (stop func()) {
+	if c.cluster == nil || c.cfg.KillNodeAfter <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !sleepUntil(ctx, at.Add(c.cfg.KillNodeAfter)) {
+			return
+		}
+		victim := len(c.cluster.nodes) - 1
+		t := time.Now()
+		c.cluster.nodes[victim].Kill()
+		c.killed = &victim
+		c.note("killed node %d (%s) with SIGKILL", victim, c.nodes[victim])
+		for _, h := range hs {
+			_ = h.lw.send(wire{Op: opKill, Node: victim, At: t.UnixNano()})
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // note prints a line on stderr, clearing the progress line first.
@@ -415,6 +477,7 @@ func (c *coord) drive(ctx context.Context, p *plan) (*Report, error) {
 	progDone := make(chan struct{})
 	progStopped := make(chan struct{})
 	go func() { defer close(progStopped); c.progress(hs, at, progDone) }()
+	stopKill := c.scheduleKill(ctx, hs, at)
 	stopAll := func() {
 		c.note("interrupted: stopping the load, then draining")
 		for _, h := range hs {
@@ -426,6 +489,7 @@ func (c *coord) drive(ctx context.Context, p *plan) (*Report, error) {
 		limit = c.cfg.Duration + 5*time.Minute
 	}
 	sent, err := collect(ctx, events, n, opSent, limit, stopAll)
+	stopKill()
 	close(progDone)
 	<-progStopped
 	if err != nil {
@@ -607,7 +671,15 @@ func (c *coord) newReport(opName string, at, end time.Time) *Report {
 	if c.spawned {
 		r.Server = "spawned"
 	} else {
-		r.Server = c.base
+		r.Server = c.cfg.Server
+	}
+	if len(c.nodes) > 1 || c.cluster != nil {
+		r.Topology = &Topology{
+			Nodes: c.nodes, Bus: c.cfg.Bus, Seed: c.cfg.Seed, DevicesPerNode: c.spread.perNode(), KilledNode: c.killed,
+		}
+		if c.cluster != nil {
+			r.Topology.Store, r.Topology.Schema = "postgres", c.cluster.schema
+		}
 	}
 	return r
 }
@@ -620,6 +692,7 @@ func (c *coord) serverFigures(r *Report, from, to time.Time) {
 		c.note("server metrics unavailable: %v", c.sampler.err)
 		return
 	}
+	c.postgresFigures(r, samples)
 	r.ServerCPUPct, r.ServerCPUSeconds = st.CPUPct, st.CPUSeconds
 	r.ServerRSSBytes, r.ServerRSSStartBytes = st.RSSPeak, st.RSSStart
 	for k, v := range st.Deltas {

@@ -206,7 +206,7 @@ func aggregate(reps []*Report) *Report {
 	}
 	first := reps[0]
 	a := &Report{
-		Scenario: first.Scenario, Config: first.Config, Server: first.Server, Env: first.Env, Op: first.Op, StartedAt: first.StartedAt,
+		Scenario: first.Scenario, Config: first.Config, Server: first.Server, Topology: first.Topology, Env: first.Env, Op: first.Op, StartedAt: first.StartedAt,
 		DurationS:           med(func(r *Report) float64 { return r.DurationS }),
 		Ops:                 medInt(func(r *Report) int64 { return r.Ops }),
 		OpsPerSec:           med(func(r *Report) float64 { return r.OpsPerSec }),

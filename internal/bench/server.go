@@ -31,6 +31,19 @@ var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
 // data directory with rate limits off, plus extra flags, and waits for its "listening on"
 // line. stderr receives the server's log (warnings and errors only).
 func startServer(ctx context.Context, argv, extra []string, stderr io.Writer) (*localServer, error) {
+	return spawnServer(ctx, argv, nil, extra, newSecret(), stderr)
+}
+
+// newSecret returns a random admin secret for the servers the bench starts.
+func newSecret() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// spawnServer is startServer with the admin secret given (the nodes of a cluster share one)
+// and env added to the server's environment.
+func spawnServer(ctx context.Context, argv, env, extra []string, secret string, stderr io.Writer) (*localServer, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no --server given and no server command to start one")
 	}
@@ -38,15 +51,13 @@ func startServer(ctx context.Context, argv, extra []string, stderr io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	s := &localServer{Secret: hex.EncodeToString(b[:]), dir: dir, exited: make(chan struct{})}
+	s := &localServer{Secret: secret, dir: dir, exited: make(chan struct{})}
 	args := append(append([]string{}, argv[1:]...),
 		"--addr", "127.0.0.1:0", "--data", dir, "--admin-secret", s.Secret,
 		"--send-rate", "0", "--request-rate", "0", "--fanout-rate", "0", "--history-rate", "0", "--conv-change-every", "0",
 		"--conv-create-every", "0", "--log-level", "warn")
 	args = append(args, extra...)
-	if err := s.start(ctx, exec.Command(argv[0], args...), nil, stderr); err != nil {
+	if err := s.start(ctx, exec.Command(argv[0], args...), env, stderr); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -118,6 +129,15 @@ func (s *localServer) Stop() {
 		}
 	}
 	removeDir(s.dir)
+}
+
+// Kill ends the server with SIGKILL, as a crash would, and waits until it is gone. Its data
+// directory stays until Stop.
+func (s *localServer) Kill() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
 }
 
 // filterEnv drops PARLEY_* variables, which the bench and serve would read differently.

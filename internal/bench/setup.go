@@ -54,8 +54,9 @@ func (c *coord) createUsers(ctx context.Context, ids []string) error {
 	})
 }
 
-// issueTokens mints a token for every (user, device).
+// issueTokens gives every (user, device) its node and mints its token.
 func (c *coord) issueTokens(ctx context.Context, accts []Account) error {
+	c.spread.assign(accts)
 	return parallel(ctx, len(accts), setupConc, func(i int) error {
 		tok, err := c.admin.IssueToken(ctx, accts[i].User, accts[i].Device, 24*time.Hour)
 		if err != nil {
@@ -72,7 +73,7 @@ func (c *coord) as(acct Account) *client.Client { return c.recordedAs(acct, nil)
 // recordedAs is as for calls that are part of the load: rec, if not nil, counts the SDK's
 // retries.
 func (c *coord) recordedAs(acct Account, rec *recorder) *client.Client {
-	o := client.Options{BaseURL: c.base, Token: acct.Token, UserID: acct.User, HTTPClient: c.hc}
+	o := client.Options{BaseURL: c.nodeURL(acct), Token: acct.Token, UserID: acct.User, HTTPClient: c.hc}
 	if rec != nil {
 		o.OnRetry = rec.retry
 	}
@@ -88,8 +89,21 @@ func (c *coord) baseJobs() []*Job {
 			Interval: c.interval(), Size: c.cfg.Size, DrainTimeout: c.cfg.DrainTimeout,
 			Heartbeat: c.cfg.Heartbeat, Repeat: c.cfg.Repeat,
 		}
+		if len(c.nodes) > 1 {
+			jobs[i].Nodes = c.nodes
+			jobs[i].Resync = c.cfg.Bus == ""
+			jobs[i].Failover = c.cfg.KillNodeAfter > 0
+		}
 	}
 	return jobs
+}
+
+// nodeURL returns the base URL of the node acct's device connects to.
+func (c *coord) nodeURL(acct Account) string {
+	if acct.Node > 0 && acct.Node < len(c.nodes) {
+		return c.nodes[acct.Node]
+	}
+	return c.base
 }
 
 // interval is the chart's time slot: a second, or longer for long runs (~300 slots at most).
@@ -163,7 +177,11 @@ func (c *coord) setupDirect(ctx context.Context) (*plan, error) {
 			Quota: quota(c.cfg.Messages, n, i), Rate: c.cfg.Rate / float64(n),
 		})
 	}
-	return &plan{jobs: jobs, opName: "send -> ack"}, nil
+	p := &plan{jobs: jobs, opName: "send -> ack"}
+	if c.cfg.KillNodeAfter > 0 {
+		p.finish = func(r *Report) { pct(r, "killnode_catchup", "killnode_catchup") }
+	}
+	return p, nil
 }
 
 // setupGroup: one group of Members; the first Online members are connected and the first

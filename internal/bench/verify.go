@@ -343,6 +343,19 @@ func (s *Stream) Caught(targets map[string]int64) (bool, <-chan struct{}) {
 	return false, s.caught
 }
 
+// Holds reports whether every watched conversation with a target has reached it. Unlike
+// Caught it leaves the waiter alone, so that anyone may ask.
+func (s *Stream) Holds(targets map[string]int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.convs {
+		if t, ok := targets[id]; ok && r.Last < t {
+			return false
+		}
+	}
+	return true
+}
+
 // Convs returns the watched conversations.
 func (s *Stream) Convs() []string {
 	s.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,11 @@ type worker struct {
 	pos    *Positions
 	devs   []*device
 	times  map[string][]SentAt // the send times of every worker's acked messages, from the drain
+	health *nodeHealth         // Failover: which nodes are alive
+	kill   *killWatch          // Failover: the catch-up of the killed node's devices
+
+	stopHealthOnce sync.Once
+	stopHealth     func() // ends the health watch (Failover)
 }
 
 // recvReporter is a workload whose receivers are not devices (w.devs): it reports what they
@@ -93,6 +99,12 @@ func work(ctx context.Context, msgs <-chan wire, lw *lineWriter, hooks *Hooks) e
 	go func() {
 		stopped := false
 		for m := range msgs {
+			if m.Op == opKill {
+				if w.kill != nil {
+					w.killed(m.Node, time.Unix(0, m.At))
+				}
+				continue
+			}
 			if m.Op == opStop {
 				if !stopped {
 					close(stop)
@@ -115,6 +127,9 @@ func work(ctx context.Context, msgs <-chan wire, lw *lineWriter, hooks *Hooks) e
 	}()
 	defer func() { close(progDone); <-progStopped }()
 
+	if w.health != nil {
+		w.stopHealth = w.watchHealth(ctx)
+	}
 	cpu0, _ := cpuNow()
 	load.run(ctx, at, stop)
 	cpu1, maxRSS := cpuNow()
@@ -160,6 +175,9 @@ func newWorker(job *Job, hooks *Hooks) *worker {
 	}
 	for i := range job.Devices {
 		w.devs = append(w.devs, newDevice(w, job.Devices[i]))
+	}
+	if job.Failover && len(job.Nodes) > 1 {
+		w.health, w.kill = newNodeHealth(w), newKillWatch()
 	}
 	return w
 }
@@ -239,8 +257,14 @@ func (w *worker) connectAll(ctx context.Context) error {
 	})
 }
 
-// closeAll ends every device's session.
+// closeAll ends every device's session, once no device moves any more.
 func (w *worker) closeAll() {
+	w.stopHealthOnce.Do(func() {
+		if w.stopHealth != nil {
+			w.stopHealth()
+		}
+	})
+	w.endKillWatch()
 	var wg sync.WaitGroup
 	for _, d := range w.devs {
 		wg.Go(d.close)
@@ -251,6 +275,9 @@ func (w *worker) closeAll() {
 // waitCaught waits until every online device holds the targets, or the drain timeout.
 // Devices that do not catch up are reported by the coordinator's Check.
 func (w *worker) waitCaught(ctx context.Context, targets map[string]int64) {
+	if w.job.Resync {
+		defer w.resyncWhileBehind(ctx, targets)()
+	}
 	deadline := time.NewTimer(w.job.DrainTimeout)
 	defer deadline.Stop()
 	for _, d := range w.devs {
@@ -319,7 +346,7 @@ func sentAt(content json.RawMessage) (time.Time, bool) {
 func (w *worker) send(ctx context.Context, d *device, conv string, intended time.Time, asOp bool) (client.MessageAck, bool) {
 	octx, cancel := opContext(ctx)
 	defer cancel()
-	ack, err := d.client().Send(octx, conv, client.ContentText, w.content(intended), nil)
+	ack, err := d.send(octx, conv, w.content(intended))
 	if err != nil {
 		w.rec.fail(err)
 		return ack, false
@@ -343,27 +370,38 @@ type device struct {
 	spec   DeviceSpec
 	label  string
 	stream *Stream
+	sends  sendLog // Failover: the sends under way
 
-	mu sync.Mutex // guards cl
-	cl *client.Client
+	switchMu sync.Mutex // serialises session changes: reconnects, resyncs, moves to another node
+
+	mu   sync.Mutex // guards cl, node, here and leave
+	cl   *client.Client
+	node int // index into Job.Nodes
+	// here ends when the device leaves its node (leave), which stops the sends under way
+	// there so that they are made again on the next node.
+	here  context.Context
+	leave context.CancelFunc
 }
 
 func newDevice(w *worker, spec DeviceSpec) *device {
 	label := spec.User + "/" + spec.Device
-	d := &device{w: w, spec: spec, label: label, stream: NewStream(w.v, spec.User, label)}
+	d := &device{w: w, spec: spec, label: label, stream: NewStream(w.v, spec.User, label), node: spec.Node}
 	for conv, base := range spec.Convs {
 		d.stream.Watch(conv, base)
 		w.ledger.Watch(conv, base)
 	}
-	d.cl = d.newClient(0)
+	d.here, d.leave = context.WithCancel(context.Background())
+	d.cl = d.newClient(spec.Node, 0)
 	return d
 }
 
-func (d *device) newClient(cursor int64) *client.Client {
+func (d *device) newClient(node int, cursor int64) *client.Client {
+	a := d.spec.Account
+	a.Node = node
 	return client.New(client.Options{
-		BaseURL: d.w.job.Server, Token: d.spec.Token, UserID: d.spec.User,
+		BaseURL: d.w.job.nodeURL(a), Token: d.spec.Token, UserID: d.spec.User,
 		HTTPClient: d.w.hc, OnEvent: d.onEvent, OnReset: d.onReset, Cursor: cursor,
-		AutoDelivered: d.w.job.Scenario == "mixed", OnRetry: d.w.rec.retry,
+		AutoDelivered: d.w.job.Scenario == "mixed", OnRetry: d.onRetry,
 	})
 }
 
@@ -373,10 +411,23 @@ func (d *device) client() *client.Client {
 	return d.cl
 }
 
-// connect opens the device's session: from a snapshot the first time, then from the cursor
-// the previous session reached.
+// onRetry counts the SDK's send retries; one that failed without an answer from the
+// server may mean that its node is gone, which the health watch then checks at once.
+func (d *device) onRetry(err error, wait time.Duration) {
+	d.w.rec.retry(err, wait)
+	var e *client.Error
+	if d.w.health != nil && !errors.As(err, &e) {
+		d.w.health.suspect()
+	}
+}
+
+// connect opens the device's session on its node: from a snapshot the first time, then
+// from the cursor the previous session reached.
 func (d *device) connect(ctx context.Context) error {
-	cl := d.newClient(d.client().Cursor())
+	d.mu.Lock()
+	node, cursor := d.node, d.cl.Cursor()
+	d.mu.Unlock()
+	cl := d.newClient(node, cursor)
 	if err := cl.Connect(ctx); err != nil {
 		return fmt.Errorf("connect %s: %w", d.label, err)
 	}
@@ -402,6 +453,8 @@ func (d *device) live() bool {
 
 // reconnect drops the session and opens a new one resuming from the cursor reached.
 func (d *device) reconnect(ctx context.Context) error {
+	d.switchMu.Lock()
+	defer d.switchMu.Unlock()
 	d.close()
 	return d.connect(ctx)
 }
@@ -485,4 +538,9 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// wsBase turns a node's http(s) base URL into its ws(s) one.
+func wsBase(httpURL string) string {
+	return "ws" + strings.TrimPrefix(strings.TrimRight(httpURL, "/"), "http")
 }
