@@ -37,7 +37,7 @@ type Options struct {
 	// URL is the connection string (postgres://user@host:port/db?sslmode=...; pgx's syntax,
 	// including search_path to put Parley's tables in a schema of their own). Required.
 	URL string
-	// MaxConns caps the connection pool. Default 16: one for the appender, the rest for
+	// MaxConns caps the node's connections. Default 16: one for the appender, the rest for
 	// Views and Updates, which hold a connection for a few round trips each.
 	MaxConns int
 	// MaxBatch caps how many appends share one transaction. Default 256.
@@ -92,25 +92,36 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
-	cfg.MaxConns = int32(opts.MaxConns)
-	// Every statement is prepared once per connection and run with generic plans: they
-	// are point lookups and set-based writes keyed by primary keys, whose best plan does
-	// not depend on the values, and re-planning each execution (PostgreSQL's default for a
-	// prepared statement's first runs, and whenever a custom plan looks cheaper) cost more
-	// CPU than executing them.
-	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	}
+	cfg.MaxConns = int32(opts.MaxConns - 1)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	apCfg := cfg.Copy()
+	apCfg.MaxConns = 1
+	// The appender's statements are lookups and writes by primary or unique key, for any
+	// number of keys (unnest of arrays), whose best plan is an index probe per key whatever
+	// the tables hold: its connection plans each statement once (generic plans) and never
+	// with a sequential scan, hash or merge join. Left to the planner, a plan made while a
+	// table was small (a new database, or statistics not yet gathered) scans the table, and
+	// a prepared statement keeps its generic plan as the table grows: a dedup lookup read
+	// every message of the database in each batch.
+	for k, v := range map[string]string{"plan_cache_mode": "force_generic_plan",
+		"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"} {
+		apCfg.ConnConfig.RuntimeParams[k] = v
+	}
+	apPool, err := pgxpool.NewWithConfig(ctx, apCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
+		apPool.Close()
 		return nil, err
 	}
 	s := &Store{opts: opts, pool: pool}
-	s.ap = newAppender(pool, opts)
+	s.ap = newAppender(apPool, opts)
 	return s, nil
 }
 
@@ -298,6 +309,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.ap.close()
+	s.ap.pool.Close()
 	s.pool.Close()
 	return nil
 }
