@@ -86,6 +86,7 @@ type busInterest struct {
 // The kinds of bus messages.
 const (
 	kindWake      = "w" // user: an event at Cursor
+	kindEvent     = "v" // user: the event at Cursor, a message: Type, Conv, TS and Data its hub.Body
 	kindEphemeral = "e" // user: a frame in no log (Type, Conv, Data)
 	kindDevice    = "d" // user: Device connected at Since
 	kindMessage   = "m" // conv: a read-fanout message Seq by User, its push frame in Data
@@ -248,6 +249,31 @@ func (c *cluster) wake(userID string, cursor int64) {
 	c.send(bus.UserSubject(userID), buf)
 }
 
+// event tells the other nodes that userID's log has the event b at cursor, with b: a
+// message event, whose payload the send has encoded once already. A connection on another
+// node that has pushed up to cursor-1 pushes it at once, as from its own node's hub, where
+// a bare wake-up would cost it a read of the log per message (a transaction on the shared
+// database for every recipient of every send); one that is further behind fills the gap
+// from the log as for a wake-up. It is encoded by hand, as wake is, and the payload is
+// JSON already.
+func (c *cluster) event(userID string, cursor int64, b *hub.Body) {
+	buf := make([]byte, 0, 96+len(c.node)+len(b.ConvID)+len(b.Data))
+	buf = append(buf, `{"n":"`...)
+	buf = append(buf, c.node...)
+	buf = append(buf, `","k":"`+kindEvent+`","c":`...)
+	buf = strconv.AppendInt(buf, cursor, 10)
+	buf = append(buf, `,"ts":`...)
+	buf = strconv.AppendInt(buf, b.TS, 10)
+	buf = append(buf, `,"t":`...)
+	buf = protocol.AppendString(buf, b.Type)
+	buf = append(buf, `,"cv":`...)
+	buf = protocol.AppendString(buf, b.ConvID)
+	buf = append(buf, `,"d":`...)
+	buf = append(buf, b.Data...)
+	buf = append(buf, '}')
+	c.send(bus.UserSubject(userID), buf)
+}
+
 // ephemeral hands the other nodes a frame for userID's connections that is in no log.
 func (c *cluster) ephemeral(userID string, b *hub.Body) {
 	c.publish(bus.UserSubject(userID), busMsg{Kind: kindEphemeral, Type: b.Type, Conv: b.ConvID, Data: b.Data})
@@ -289,6 +315,10 @@ func (c *cluster) onUser(userID string, data []byte) {
 	switch m.Kind {
 	case kindWake:
 		c.s.hub.Publish(userID, []hub.Event{{Cursor: m.Cursor}}) // no Body: read the log
+	case kindEvent:
+		if m.Cursor > 0 && len(m.Data) > 0 {
+			c.s.hub.Publish(userID, []hub.Event{{Cursor: m.Cursor, Body: &hub.Body{Type: m.Type, ConvID: m.Conv, TS: m.TS, Data: m.Data}}})
+		}
 	case kindEphemeral:
 		c.s.hub.Publish(userID, []hub.Event{{Body: &hub.Body{Type: m.Type, ConvID: m.Conv, Data: m.Data}}})
 	case kindDevice:

@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"github.com/parleychat/parley/internal/hub"
 	"math"
 	"slices"
 	"testing"
@@ -37,5 +38,28 @@ func TestWakeEncodedAsJSONWould(t *testing.T) {
 		if len(rec.published) != 1 || string(rec.published[0]) != string(want) {
 			t.Fatalf("wake(%d) published %q, want %q", cursor, rec.published, want)
 		}
+	}
+}
+
+// TestEventEncodedAsJSONWould: the hand-encoded message event is what encoding/json makes
+// of it, and decodes to the body it was made from.
+func TestEventEncodedAsJSONWould(t *testing.T) {
+	m := bus.NewMemory(bus.MemoryOptions{})
+	defer m.Close()
+	rec := &recordingBus{Bus: m}
+	c := newCluster(New(Options{}), rec)
+	body := &hub.Body{Type: "message", ConvID: "g_\"odd\u2028id", TS: 1_700_000_000_123,
+		Data: []byte(`{"conv_id":"g_x","seq":7,"content":{"text":"h\u00e9"}}`)}
+	c.event("a.user@x", 42, body)
+	want, err := json.Marshal(busMsg{Node: c.node, Kind: kindEvent, Cursor: 42, TS: body.TS, Type: body.Type, Conv: body.ConvID, Data: body.Data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.published) != 1 || string(rec.published[0]) != string(want) {
+		t.Fatalf("event published %q, want %q", rec.published, want)
+	}
+	var got busMsg
+	if err := json.Unmarshal(rec.published[0], &got); err != nil || got.Conv != body.ConvID || string(got.Data) != string(body.Data) {
+		t.Fatalf("decoded %+v, %v", got, err)
 	}
 }

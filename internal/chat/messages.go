@@ -103,7 +103,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		evs[i] = hub.Event{Cursor: d.Cursor, Body: body}
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
 		if s.cluster != nil {
-			s.cluster.wake(d.UserID, d.Cursor)
+			s.cluster.event(d.UserID, d.Cursor, body)
 		}
 	}
 	s.published(ctx, len(evs))
