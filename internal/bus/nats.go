@@ -29,6 +29,10 @@ type NATSOptions struct {
 	// nats.go drops the arriving message (the newest) and counts it as a slow-consumer
 	// event; the NATS server also drops messages for a connection that reads too slowly.
 	QueueLen int
+	// NoEcho keeps this bus's own publishes from its own subscriptions (NATS's no-echo): a
+	// node hands its events to its own connections directly, so their echo from the server
+	// would only be decoded and dropped, one per recipient of every send.
+	NoEcho bool
 }
 
 // natsWorkers is how many goroutines deliver a NATS bus's messages to its handlers. A
@@ -71,12 +75,16 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = DefaultQueueLen
 	}
-	nc, err := nats.Connect(url,
+	options := []nats.Option{
 		nats.Name(opts.Name),
 		nats.Timeout(opts.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectBufSize(-1), // no buffering while disconnected: Publish reports the loss
-	)
+	}
+	if opts.NoEcho {
+		options = append(options, nats.NoEcho())
+	}
+	nc, err := nats.Connect(url, options...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: nats connect %s: %v", ErrUnavailable, url, err)
 	}

@@ -91,7 +91,7 @@ func StartWith(tb testing.TB, cfg server.Config) *Server {
 			c.Data = tb.TempDir() // the node's files (none that matter: the store is shared)
 		}
 		if c.Bus == nil && c.BusURL == "" {
-			c.Bus = bustest.OpenNATS(tb, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix, Name: fmt.Sprintf("node %d", i)})
+			c.Bus = bustest.OpenNATS(tb, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix, Name: fmt.Sprintf("node %d", i), NoEcho: true})
 		}
 		nodes[i] = startNode(tb, c)
 	}

@@ -196,7 +196,7 @@ func openBus(url string) (*bus.NATS, error) {
 		}
 	}
 	host, _ := os.Hostname()
-	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host})
+	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host, NoEcho: true})
 	if err != nil {
 		return nil, fmt.Errorf("open bus: %w", err)
 	}

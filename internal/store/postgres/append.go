@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,8 +122,20 @@ func (a *appender) close() {
 func (a *appender) run() {
 	defer close(a.done)
 	batch := make([]*appendReq, 0, a.opts.MaxBatch)
+	last := 0 // the size of the previous batch
+	var timer *time.Timer
 	for first := range a.reqs {
 		batch = append(batch[:0], first)
+		var deadline <-chan time.Time
+		if last > 1 && a.opts.BatchWait > 0 {
+			// Under concurrent load, wait a little for more of it: see Options.BatchWait.
+			if timer == nil {
+				timer = time.NewTimer(a.opts.BatchWait)
+			} else {
+				timer.Reset(a.opts.BatchWait)
+			}
+			deadline = timer.C
+		}
 	fill:
 		for len(batch) < a.opts.MaxBatch {
 			select {
@@ -129,10 +144,26 @@ func (a *appender) run() {
 					break fill
 				}
 				batch = append(batch, r)
+				continue
 			default:
-				break fill
+			}
+			if deadline == nil {
+				break
+			}
+			select {
+			case r, ok := <-a.reqs:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			case <-deadline:
+				deadline = nil
 			}
 		}
+		if timer != nil && deadline != nil && !timer.Stop() {
+			<-timer.C
+		}
+		last = len(batch)
 		if live := claim(batch); len(live) > 0 {
 			a.commit(live)
 		}
@@ -449,20 +480,57 @@ func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
 	return res, nil
 }
 
-// write is the second round trip: every row the batch changes, then COMMIT, pipelined.
+// write is the second round trip: every row the batch changes, in one statement of
+// data-modifying CTEs (one per table written: a batch of any size costs the database the
+// same few statements), then COMMIT, pipelined.
 func (b *appendBatch) write(ctx context.Context, c *pgx.Conn) error {
-	q := &pgx.Batch{}
+	var w cteWriter
 	if len(b.newMessages) > 0 {
-		b.queueMessages(q)
-		b.queueConversations(q)
-		b.queueCursors(q)
+		b.writeMessages(&w)
+		b.writeConversations(&w)
+		b.writeCursors(&w)
 	}
-	b.queueMembers(q)
+	b.writeSenders(&w)
+	q := &pgx.Batch{}
+	if sql, args := w.statement(); sql != "" {
+		q.Queue(sql, args...)
+	}
+	if len(b.unhide) > 0 { // rare, and apart: it may touch a sender's row written above
+		q.Queue(`UPDATE members SET hidden = false WHERE conv_id = ANY($1) AND hidden`, b.unhide)
+	}
 	q.Queue(`COMMIT`)
 	return c.SendBatch(ctx, q).Close()
 }
 
-func (b *appendBatch) queueMessages(q *pgx.Batch) {
+// cteWriter builds one statement out of several data-modifying ones, each a CTE.
+type cteWriter struct {
+	ctes []string
+	args []any
+}
+
+var paramRE = regexp.MustCompile(`\$(\d+)`)
+
+// add appends a CTE named name whose parameters are written $1..$n in sql, renumbered
+// after those of the CTEs before it.
+func (w *cteWriter) add(name, sql string, args ...any) {
+	base := len(w.args)
+	sql = paramRE.ReplaceAllStringFunc(sql, func(p string) string {
+		n, _ := strconv.Atoi(p[1:])
+		return "$" + strconv.Itoa(n+base)
+	})
+	w.ctes = append(w.ctes, name+" AS ("+sql+")")
+	w.args = append(w.args, args...)
+}
+
+// statement returns the whole statement, or "" when nothing was added.
+func (w *cteWriter) statement() (string, []any) {
+	if len(w.ctes) == 0 {
+		return "", nil
+	}
+	return "WITH " + strings.Join(w.ctes, ",\n") + "\nSELECT 1", w.args
+}
+
+func (b *appendBatch) writeMessages(w *cteWriter) {
 	n := len(b.newMessages)
 	var (
 		convs, msgIDs, clientIDs, senders = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -474,17 +542,17 @@ func (b *appendBatch) queueMessages(q *pgx.Batch) {
 		convs[i], seqs[i], msgIDs[i], clientIDs[i], senders[i] = m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID
 		types[i], contents[i], extras[i], created[i] = int32(m.ContentType), m.Content, m.Extra, m.CreatedAt
 	}
-	q.Queue(`INSERT INTO messages (`+msgCols+`)
+	w.add("msgs", `INSERT INTO messages (`+msgCols+`)
 		SELECT c, s, mi, ci, se, ty, co, ex, cr, false
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[],
 			$7::bytea[], $8::bytea[], $9::bigint[]) AS v(c, s, mi, ci, se, ty, co, ex, cr)`,
 		convs, seqs, msgIDs, clientIDs, senders, types, contents, extras, created)
 }
 
-// queueConversations raises max_seq and updated_at, and gives read-fanout conversations
+// writeConversations raises max_seq and updated_at, and gives read-fanout conversations
 // their marks. The mark row is the last lock the batch takes: held from here to COMMIT, it
 // makes marks commit in the order they are handed out (see schemaV1).
-func (b *appendBatch) queueConversations(q *pgx.Batch) {
+func (b *appendBatch) writeConversations(w *cteWriter) {
 	var ids []string
 	var maxSeqs, updated, markOffs []int64
 	for _, id := range b.convIDs {
@@ -500,16 +568,16 @@ func (b *appendBatch) queueConversations(q *pgx.Batch) {
 	const set = `UPDATE conversations c SET max_seq = v.max_seq, updated_at = v.updated_at`
 	const from = ` FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(id, max_seq, updated_at, mark_off)`
 	if b.marks == 0 {
-		q.Queue(set+from+` WHERE c.id = v.id`, ids, maxSeqs, updated, markOffs)
+		w.add("convs", set+from+` WHERE c.id = v.id`, ids, maxSeqs, updated, markOffs)
 		return
 	}
-	q.Queue(`WITH s AS (UPDATE store_state SET mark = mark + $5 RETURNING mark) `+set+
-		`, mark = CASE WHEN v.mark_off > 0 THEN s.mark - $5 + v.mark_off ELSE c.mark END`+
-		from+`, s WHERE c.id = v.id`, ids, maxSeqs, updated, markOffs, b.marks)
+	w.add("marks", `UPDATE store_state SET mark = mark + $1 RETURNING mark`, b.marks)
+	w.add("convs", set+`, mark = CASE WHEN v.mark_off > 0 THEN marks.mark - $5 + v.mark_off ELSE c.mark END`+
+		from+`, marks WHERE c.id = v.id`, ids, maxSeqs, updated, markOffs, b.marks)
 }
 
-// queueCursors raises the recipients' last cursors and inserts their events.
-func (b *appendBatch) queueCursors(q *pgx.Batch) {
+// writeCursors raises the recipients' last cursors and inserts their events.
+func (b *appendBatch) writeCursors(w *cteWriter) {
 	if len(b.events.users) == 0 {
 		return
 	}
@@ -519,31 +587,29 @@ func (b *appendBatch) queueCursors(q *pgx.Batch) {
 		ids = append(ids, id)
 		lasts = append(lasts, last)
 	}
-	q.Queue(`UPDATE users u SET last_cursor = v.last FROM unnest($1::text[], $2::bigint[]) AS v(id, last)
+	w.add("cursors", `UPDATE users u SET last_cursor = v.last FROM unnest($1::text[], $2::bigint[]) AS v(id, last)
 		WHERE u.id = v.id AND u.last_cursor < v.last`, ids, lasts)
 	e := b.events
-	q.Queue(`INSERT INTO events (user_id, cursor, type, conv_id, ts, seq)
+	w.add("events", `INSERT INTO events (user_id, cursor, type, conv_id, ts, seq)
 		SELECT u, c, $6, cv, t, s FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[])
 		AS v(u, c, cv, t, s)`, e.users, e.cursors, e.convs, e.ts, e.seq, store.EventMessage)
 }
 
-// queueMembers raises the senders' positions (GREATEST: never back) and shows the
-// write-fanout conversations again to members who had hidden them.
-func (b *appendBatch) queueMembers(q *pgx.Batch) {
-	if len(b.moved) > 0 {
-		var convs, users []string
-		var reads, delivs []int64
-		for k := range b.moved {
-			m := b.senders[k]
-			convs, users = append(convs, k.conv), append(users, k.user)
-			reads, delivs = append(reads, m.ReadSeq), append(delivs, m.DeliveredSeq)
-		}
-		q.Queue(`UPDATE members m SET read_seq = GREATEST(m.read_seq, v.r),
-			delivered_seq = GREATEST(m.delivered_seq, v.d), hidden = false
-			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS v(c, u, r, d)
-			WHERE m.conv_id = v.c AND m.user_id = v.u`, convs, users, reads, delivs)
+// writeSenders raises the senders' positions (GREATEST: never back) and shows them the
+// conversation again if they had hidden it.
+func (b *appendBatch) writeSenders(w *cteWriter) {
+	if len(b.moved) == 0 {
+		return
 	}
-	if len(b.unhide) > 0 {
-		q.Queue(`UPDATE members SET hidden = false WHERE conv_id = ANY($1) AND hidden`, b.unhide)
+	var convs, users []string
+	var reads, delivs []int64
+	for k := range b.moved {
+		m := b.senders[k]
+		convs, users = append(convs, k.conv), append(users, k.user)
+		reads, delivs = append(reads, m.ReadSeq), append(delivs, m.DeliveredSeq)
 	}
+	w.add("senders", `UPDATE members m SET read_seq = GREATEST(m.read_seq, v.r),
+		delivered_seq = GREATEST(m.delivered_seq, v.d), hidden = false
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS v(c, u, r, d)
+		WHERE m.conv_id = v.c AND m.user_id = v.u`, convs, users, reads, delivs)
 }

@@ -42,6 +42,14 @@ type Options struct {
 	MaxConns int
 	// MaxBatch caps how many appends share one transaction. Default 256.
 	MaxBatch int
+	// BatchWait is how long the appender waits for more appends before it starts a batch,
+	// when the previous batch held several: under concurrent load a batch then carries
+	// what the next two milliseconds bring instead of what happened to be queued, and the
+	// database's work per message (a dozen statements and a commit per batch) falls, most
+	// with several nodes, each with a share of the load; a lone sender (batches of one)
+	// never waits. Default 2ms, chosen by measurement (docs/design.md, "Several nodes:
+	// measured"); negative turns it off.
+	BatchWait time.Duration
 	// AppendTimeout bounds one batch of appends, retries included: a database that does not
 	// answer fails the batch with ErrUnavailable rather than holding its senders. Default 10s.
 	AppendTimeout time.Duration
@@ -60,6 +68,9 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxConns = max(o.MaxConns, 2) // the appender's connection and at least one other
 	if o.MaxBatch == 0 {
 		o.MaxBatch = 256
+	}
+	if o.BatchWait == 0 {
+		o.BatchWait = 2 * time.Millisecond
 	}
 	if o.AppendTimeout == 0 {
 		o.AppendTimeout = 10 * time.Second
