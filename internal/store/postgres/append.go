@@ -119,6 +119,11 @@ func (a *appender) close() {
 	<-a.done
 }
 
+// batchWaitFrom is the size of the previous batch from which the appender waits
+// Options.BatchWait before the next: a load that fills batches of 8 has many senders in
+// flight, whom the wait gathers; below it the wait would only add latency.
+const batchWaitFrom = 8
+
 func (a *appender) run() {
 	defer close(a.done)
 	batch := make([]*appendReq, 0, a.opts.MaxBatch)
@@ -127,7 +132,7 @@ func (a *appender) run() {
 	for first := range a.reqs {
 		batch = append(batch[:0], first)
 		var deadline <-chan time.Time
-		if last > 1 && a.opts.BatchWait > 0 {
+		if last >= batchWaitFrom && a.opts.BatchWait > 0 {
 			// Under concurrent load, wait a little for more of it: see Options.BatchWait.
 			if timer == nil {
 				timer = time.NewTimer(a.opts.BatchWait)
