@@ -120,7 +120,7 @@ func TestClusterPostgresRestart(t *testing.T) {
 	ackedBefore := acks.Load()
 	pg.Stop()
 	for _, n := range nodes {
-		waitStatus(t, n.URL, http.StatusServiceUnavailable)
+		waitHealthz(t, n.URL, http.StatusServiceUnavailable, 15*time.Second, n.done)
 	}
 	ackedDown := acks.Load()
 	pg.Start()
@@ -139,26 +139,4 @@ func TestClusterPostgresRestart(t *testing.T) {
 	w.verifySync(ctx, nodes[1].URL)
 	t.Logf("%d acked before the restart, %d more until both nodes reported 503; %d sends answered 503 and retried by the SDK, %d given up and sent again; %d messages, %d re-sent at the end, all duplicate:true",
 		ackedBefore, ackedDown-ackedBefore, unavailable.Load(), failed.Load(), len(w.msgs), dups)
-}
-
-// waitStatus polls GET /healthz until it answers want, failing after 15 s.
-func waitStatus(t *testing.T, baseURL string, want int) {
-	t.Helper()
-	hc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		resp, err := hc.Get(baseURL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s/healthz did not answer %d within 15s (last: %v)", baseURL, want, err)
-		}
-		<-tick.C
-	}
 }

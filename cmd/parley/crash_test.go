@@ -189,20 +189,27 @@ func cleanEnv() []string {
 // waitHealthy polls GET /healthz until it answers 200, failing after 10 s or if exited closes.
 func waitHealthy(t *testing.T, baseURL string, exited <-chan struct{}) {
 	t.Helper()
+	waitHealthz(t, baseURL, http.StatusOK, 10*time.Second, exited)
+}
+
+// waitHealthz polls GET /healthz every 10 ms until it answers want, failing after limit or
+// if exited (which may be nil) closes.
+func waitHealthz(t *testing.T, baseURL string, want int, limit time.Duration, exited <-chan struct{}) {
+	t.Helper()
 	hc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(limit)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		resp, err := hc.Get(baseURL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == want {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s/healthz not 200 within 10s (last error %v)", baseURL, err)
+			t.Fatalf("%s/healthz did not answer %d within %v (last error %v)", baseURL, want, limit, err)
 		}
 		select {
 		case <-exited:

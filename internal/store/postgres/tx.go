@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/sqlrow"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -324,7 +325,7 @@ func expectOne(tag pgconn.CommandTag, err error, notOne error, format string, ar
 }
 
 // collect runs a query and scans every row with scan.
-func collect[T any](ctx context.Context, q pgx.Tx, scan func(pgx.Row) (T, error), what, sql string, args ...any) ([]T, error) {
+func collect[T any](ctx context.Context, q pgx.Tx, scan func(sqlrow.Row) (T, error), what, sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate(err, what)
@@ -344,33 +345,10 @@ func collect[T any](ctx context.Context, q pgx.Tx, scan func(pgx.Row) (T, error)
 	return out, nil
 }
 
-func scanConversation(r pgx.Row) (store.Conversation, error) {
-	var c store.Conversation
-	err := r.Scan(&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark)
-	return c, err
-}
-
-func scanMember(r pgx.Row) (store.Member, error) {
-	var m store.Member
-	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
-		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden)
-	return m, err
-}
-
-func scanMembership(r pgx.Row) (store.Membership, error) {
-	var m store.Membership
-	c := &m.Conversation
-	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
-		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden,
-		&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark)
-	return m, err
-}
-
-func scanMessage(r pgx.Row) (store.Message, error) {
-	var m store.Message
-	err := r.Scan(&m.ConvID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderID, &m.ContentType,
-		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled)
-	return m, err
-}
+// The rows, read by the column lists above.
+var (
+	scanConversation = sqlrow.Conversation
+	scanMember       = sqlrow.Member
+	scanMembership   = sqlrow.Membership
+	scanMessage      = sqlrow.Message
+)

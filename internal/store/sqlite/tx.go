@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/sqlrow"
 )
 
 // runner executes prepared statements inside one transaction. The read side runs them on
@@ -34,7 +35,7 @@ var (
 )
 
 // rowScanner is what *sql.Row and *sql.Rows have in common.
-type rowScanner interface{ Scan(dest ...any) error }
+type rowScanner = sqlrow.Row
 
 // User implements store.UserReader.
 func (t readTx) User(ctx context.Context, id string) (store.User, error) {
@@ -382,33 +383,10 @@ func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, erro
 	return out, rows.Err()
 }
 
-func scanConversation(r rowScanner) (store.Conversation, error) {
-	var c store.Conversation
-	err := r.Scan(&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark)
-	return c, err
-}
-
-func scanMember(r rowScanner) (store.Member, error) {
-	var m store.Member
-	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
-		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden)
-	return m, err
-}
-
-func scanMembership(r rowScanner) (store.Membership, error) {
-	var m store.Membership
-	c := &m.Conversation
-	err := r.Scan(&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
-		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden,
-		&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark)
-	return m, err
-}
-
-func scanMessage(r rowScanner) (store.Message, error) {
-	var m store.Message
-	err := r.Scan(&m.ConvID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderID, &m.ContentType,
-		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled)
-	return m, err
-}
+// The rows, read by the column lists above.
+var (
+	scanConversation = sqlrow.Conversation
+	scanMember       = sqlrow.Member
+	scanMembership   = sqlrow.Membership
+	scanMessage      = sqlrow.Message
+)
