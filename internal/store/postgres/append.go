@@ -165,8 +165,8 @@ func (a *appender) run() {
 				deadline = nil
 			}
 		}
-		if timer != nil && deadline != nil && !timer.Stop() {
-			<-timer.C
+		if deadline != nil {
+			timer.Stop() // Go 1.23 timers: no stale tick survives Stop, no drain needed
 		}
 		last = len(batch)
 		if live := claim(batch); len(live) > 0 {
