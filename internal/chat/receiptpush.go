@@ -148,7 +148,7 @@ func (s *Service) pushReceipts(convID string) {
 		r.mu.Unlock()
 		return
 	}
-	c.pending, c.changed, c.inFlight, c.last = false, false, true, s.now()
+	c.pending, c.changed, c.inFlight = false, false, true
 	sent := make(map[string][]int64, len(c.sent))
 	for u, seqs := range c.sent {
 		sent[u] = slices.Clone(seqs)
@@ -161,7 +161,11 @@ func (s *Service) pushReceipts(convID string) {
 	}
 
 	r.mu.Lock()
-	c.inFlight = false
+	// The interval runs from the push itself, not from its start: counts built from the
+	// store (the first push of a conversation, on a database server) may take a good part
+	// of a second, and the next push must still come a second after this one reached the
+	// sender.
+	c.inFlight, c.last = false, s.now()
 	var frames []receiptFrame
 	for u, rs := range counts {
 		var changed []protocol.Receipts
