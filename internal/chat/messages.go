@@ -81,7 +81,6 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 		return ack, err
 	}
-	s.messageSent(res.Message) // sending reads it; its sender gets its read counts pushed
 	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)), &res.Message)
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
@@ -93,6 +92,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		// long-polls of its members, which read the conversation's new mark.
 		s.recent.add(res.Message, p.epoch)
 		go s.publishLive(m, payload) // the ack does not wait for the pushes (the room puts them in seq order)
+		s.messageSent(res.Message)   // sending reads it; its sender gets its read counts pushed
 		s.obs.MessageStored(s.now().Sub(p.start), false)
 		return ackOf(res.Message, false), nil
 	}
@@ -107,6 +107,9 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 	}
 	s.published(ctx, len(evs))
+	// After the events: the sender's read counts are pushed from here on, and its devices
+	// must have the message before any count of it.
+	s.messageSent(res.Message) // sending reads it; its sender gets its read counts pushed
 	s.obs.MessageStored(s.now().Sub(p.start), false)
 	return ackOf(res.Message, false), nil
 }

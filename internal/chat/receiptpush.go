@@ -148,10 +148,22 @@ func (s *Service) pushReceipts(convID string) {
 		r.mu.Unlock()
 		return
 	}
-	c.pending, c.changed, c.inFlight = false, false, true
+	c.pending, c.changed, c.inFlight, c.last = false, false, true, s.now()
 	sent := make(map[string][]int64, len(c.sent))
 	for u, seqs := range c.sent {
+		// On one node a sender with no connection here has nobody to push to: its counts
+		// are not worth building (a large group's first build reads every member). Its
+		// next push, once connected, carries whatever changed since the last one. On
+		// several nodes it may be connected elsewhere, so every sender counts.
+		if s.cluster == nil && !s.hub.Online(u) {
+			continue
+		}
 		sent[u] = slices.Clone(seqs)
+	}
+	if len(sent) == 0 {
+		c.inFlight = false
+		r.mu.Unlock()
+		return
 	}
 	r.mu.Unlock()
 
@@ -161,11 +173,7 @@ func (s *Service) pushReceipts(convID string) {
 	}
 
 	r.mu.Lock()
-	// The interval runs from the push itself, not from its start: counts built from the
-	// store (the first push of a conversation, on a database server) may take a good part
-	// of a second, and the next push must still come a second after this one reached the
-	// sender.
-	c.inFlight, c.last = false, s.now()
+	c.inFlight = false
 	var frames []receiptFrame
 	for u, rs := range counts {
 		var changed []protocol.Receipts

@@ -272,6 +272,14 @@ func (h *Hub) Replace(userID, deviceID string, since int64) {
 	}
 }
 
+// Online reports whether userID has a subscription here (a WebSocket or a long-poll).
+func (h *Hub) Online(userID string) bool {
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.subs[userID]) > 0
+}
+
 // Subscribers returns how many subscriptions are open, for metrics.
 func (h *Hub) Subscribers() int {
 	n := 0
