@@ -17,21 +17,10 @@ type replyQueue struct {
 
 // maxReplies is how many replies a connection may have queued and not yet taken by the
 // writer. Replies queue only while the writer is busy (a client that does not read blocks
-// it). Past this many, the reader disconnects the client rather than queue the reply of a
-// frame it served; the answerer of the sends in flight waits for room instead, which holds
-// the reader back through the bound of sends in flight (inflight.go).
+// it). Past this many, the reader and the answerer of the sends in flight wait for room,
+// which holds the client back through TCP; a client that never reads is closed by the
+// writer's deadline.
 const maxReplies = 32
-
-// tryPut queues b unless maxReplies replies wait already.
-func (q *replyQueue) tryPut(b []byte) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.items.Len() >= maxReplies {
-		return false
-	}
-	q.items.Push(b)
-	return true
-}
 
 // put queues b, waiting while maxReplies replies wait, until done is closed: it reports
 // whether b was queued.
