@@ -104,6 +104,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
 	cfg.MaxConns = int32(opts.MaxConns - 1)
+	// No JIT: every statement here is short, and compiling one costs 100-300 ms. The
+	// appender's plans below are costed above jit_above_cost whenever a table has no index
+	// to use (enable_seqscan=off adds 1e10), so with JIT on a batch touching the one-row
+	// store_state table spent 300 ms compiling, under its locks.
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
