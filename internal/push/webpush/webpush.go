@@ -121,6 +121,14 @@ func checkVAPIDKeys(public, private string) error {
 	return nil
 }
 
+// Validate checks a subscription as a device registers it (ParseSubscription with the
+// provider's AllowPrivate): the pusher calls it so that a client learns at once that its
+// endpoint or keys cannot be used. Errors wrap ErrEndpoint.
+func (p *Provider) Validate(token string) error {
+	_, err := ParseSubscription(token, p.allowPriv)
+	return err
+}
+
 // PublicKey returns the VAPID public key, base64url: the applicationServerKey browsers
 // subscribe with.
 func (p *Provider) PublicKey() string { return p.publicKey }

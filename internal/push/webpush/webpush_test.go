@@ -310,6 +310,13 @@ func TestParseSubscription(t *testing.T) {
 	if _, err := webpush.ParseSubscription(good, false); err == nil || !strings.Contains(err.Error(), "https") {
 		t.Errorf("http endpoint without allowPrivate: %v", err)
 	}
+	p, _ := newProvider(t, f)
+	if err := p.Validate(good); err != nil {
+		t.Errorf("Validate with AllowPrivate: %v", err)
+	}
+	if err := p.Validate(`{"endpoint":"https://push.example.com/x"}`); !errors.Is(err, webpush.ErrEndpoint) {
+		t.Errorf("Validate without keys: %v", err)
+	}
 	for _, tc := range []struct{ token, want string }{
 		{`not json`, "not a PushSubscription"},
 		{`{"endpoint":"https://push.example.com/x","keys":{"p256dh":"!!","auth":"AAAAAAAAAAAAAAAAAAAAAA"}}`, "keys.p256dh"},
