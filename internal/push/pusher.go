@@ -655,11 +655,11 @@ func (w *pass) remove(d *deviceState, res Result) {
 		p.o.Log.Error("push: remove a dead token", "user", w.uid, "device", d.t.DeviceID, "err", err)
 		return
 	}
-	p.o.Obs.PushTokenRemoved(d.t.Provider, res.Reason)
-	p.o.Log.Info("push: removed a dead token", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
 	if err := p.Reload(w.ctx, w.uid); err != nil {
 		p.o.Log.Error("push: reload targets", "user", w.uid, "err", err)
 	}
+	p.o.Obs.PushTokenRemoved(d.t.Provider, res.Reason)
+	p.o.Log.Info("push: removed a dead token", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
 }
 
 // notification builds the push of message event e for device d.
