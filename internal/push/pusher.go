@@ -513,6 +513,7 @@ func (w *pass) device(d *deviceState) time.Time {
 	if d.notBefore.After(w.now) {
 		return d.notBefore
 	}
+
 	prov := p.o.Providers[d.t.Provider]
 	live, taken := p.o.Presence.state(w.uid, d.t.DeviceID, p.o.Grace)
 	var (
