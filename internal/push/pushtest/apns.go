@@ -97,8 +97,9 @@ func (f *APNs) Tokens() int { return int(f.tokens.Load()) }
 func (f *APNs) Notifications() []APNsNotification { return f.tally.list() }
 
 // Reply scripts the answer to requests for deviceToken, or for every token when deviceToken
-// is "". Replies queue up: each request takes the first unspent one, a token's own before
-// the global ones, and is accepted when none is left.
+// is "". Replies queue up: each request that passes the checks takes the first unspent one,
+// a token's own before the global ones, and is accepted when none is left. A reply of
+// status 200 accepts the request: it exempts a token from a global script.
 func (f *APNs) Reply(deviceToken string, r APNsReply) { f.replies.add(deviceToken, r, r.Times) }
 
 // Throttle answers the next k requests for deviceToken ("" for all) with status (429 or 503,
@@ -138,7 +139,7 @@ func (f *APNs) serve(w http.ResponseWriter, r *http.Request) {
 		writeAPNsError(w, fail)
 		return
 	}
-	if reply, ok := f.replies.next(n.DeviceToken); ok {
+	if reply, ok := f.replies.next(n.DeviceToken); ok && reply.Status != http.StatusOK {
 		writeAPNsError(w, reply)
 		return
 	}

@@ -126,9 +126,15 @@ func TestAPNsRepeatsAndScript(t *testing.T) {
 			t.Errorf("request %d: %d, want %d", i, got, want)
 		}
 	}
+	f.Throttle("", http.StatusServiceUnavailable, 0, 0)
+	f.Reply(other, APNsReply{Status: http.StatusOK})
 	if post(other, "22222222-2222-4222-8222-222222222222") != 200 {
-		t.Error("other device not accepted")
+		t.Error("a device exempt from the global throttle was not accepted")
 	}
+	if post(testDevice, "44444444-4444-4444-8444-444444444444") != 503 {
+		t.Error("the global throttle did not apply")
+	}
+	f.Reset()
 	if f.Count() != 2 || f.Repeats() != 1 {
 		t.Errorf("count %d, repeats %d; want 2, 1", f.Count(), f.Repeats())
 	}

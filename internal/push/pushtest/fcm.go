@@ -144,7 +144,7 @@ func (f *FCM) serveSend(w http.ResponseWriter, r *http.Request) {
 		writeFCMError(w, fail, why)
 		return
 	}
-	if reply, ok := f.replies.next(m.Token); ok {
+	if reply, ok := f.replies.next(m.Token); ok && reply.Status != http.StatusOK {
 		writeFCMError(w, reply, "scripted")
 		return
 	}
