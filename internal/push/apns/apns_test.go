@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,5 +323,31 @@ func TestExpiredProviderTokenIsReplaced(t *testing.T) {
 	}
 	if fake.Tokens() != 2 {
 		t.Errorf("fake saw %d provider tokens, want 2", fake.Tokens())
+	}
+}
+
+// BenchmarkSend pushes b.N notifications through the fake from parallel senders, as the
+// pusher's workers do; -benchtime=10000x is the 10,000-notification run.
+func BenchmarkSend(b *testing.B) {
+	fake := pushtest.NewAPNs(b)
+	p, err := New(Options{KeyFile: fake.Key.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID,
+		Endpoint: fake.URL(), HTTPClient: fake.Client()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(32) // many sends in flight per core: they mostly wait on the network
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		tg := target(b)
+		for pb.Next() {
+			if res := p.Send(context.Background(), tg, note(int(next.Add(1)))); res.Outcome != push.Delivered {
+				b.Errorf("Send = %+v", res)
+			}
+		}
+	})
+	b.StopTimer()
+	if fake.Count() != b.N {
+		b.Errorf("fake counted %d of %d", fake.Count(), b.N)
 	}
 }

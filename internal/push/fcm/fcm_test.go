@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,5 +225,31 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := New(Options{CredentialsFile: t.TempDir() + "/missing.json"}); err == nil {
 		t.Error("New with a missing file succeeded")
+	}
+}
+
+// BenchmarkSend pushes b.N messages through the fake from parallel senders, as the
+// pusher's workers do; -benchtime=10000x is the 10,000-notification run.
+func BenchmarkSend(b *testing.B) {
+	fake := pushtest.NewFCM(b)
+	p, err := New(Options{CredentialsFile: fake.CredentialsFile(), Endpoint: fake.URL(),
+		HTTPClient: fake.Client()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(32) // many sends in flight per core: they mostly wait on the network
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(next.Add(1))
+			if res := p.Send(context.Background(), target(i), note(i)); res.Outcome != push.Delivered {
+				b.Errorf("Send = %+v", res)
+			}
+		}
+	})
+	b.StopTimer()
+	if fake.Count() != b.N {
+		b.Errorf("fake counted %d of %d", fake.Count(), b.N)
 	}
 }

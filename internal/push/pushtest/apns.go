@@ -39,11 +39,9 @@ import (
 type APNs struct {
 	Key APNsKey // the key it trusts; Options of internal/push/apns take its Path and ids
 
-	srv      *httptest.Server
+	fakeService[APNsNotification, APNsReply]
 	verified sync.Map     // bearer string -> time.Time iat, for tokens whose signature checked out
 	tokens   atomic.Int64 // distinct provider tokens verified
-	tally    tally[APNsNotification]
-	replies  replies[APNsReply]
 }
 
 // APNsNotification is one notification the fake accepted.
@@ -86,24 +84,9 @@ func NewAPNs(tb testing.TB) *APNs {
 func NewAPNsWithKey(tb testing.TB, key APNsKey) *APNs {
 	tb.Helper()
 	f := &APNs{Key: key}
-	f.srv = startTLS(tb, http.HandlerFunc(f.serve))
+	f.srv = startFakeTLS(tb, http.HandlerFunc(f.serve))
 	return f
 }
-
-// URL is the fake's base URL, for apns.Options.Endpoint.
-func (f *APNs) URL() string { return f.srv.URL }
-
-// Client returns an HTTP/2 client that trusts the fake's certificate.
-func (f *APNs) Client() *http.Client { return f.srv.Client() }
-
-// Count is the number of distinct apns-ids accepted.
-func (f *APNs) Count() int { return f.tally.count() }
-
-// Repeats is the number of accepted notifications whose apns-id had been accepted before.
-func (f *APNs) Repeats() int { return f.tally.repeats() }
-
-// Requests is the number of requests answered, whatever the answer.
-func (f *APNs) Requests() int { return f.tally.requestCount() }
 
 // Tokens is the number of distinct provider JWTs that verified: 1 for a provider that
 // caches its token as it should.
@@ -113,12 +96,10 @@ func (f *APNs) Tokens() int { return int(f.tokens.Load()) }
 // order accepted.
 func (f *APNs) Notifications() []APNsNotification { return f.tally.list() }
 
-// WaitCount waits until Count reaches n or ctx ends.
-func (f *APNs) WaitCount(ctx context.Context, n int) error { return f.tally.wait(ctx, "APNs", n) }
-
 // Reply scripts the answer to requests for deviceToken, or for every token when deviceToken
-// is "". Replies queue up: each request takes the first unspent one, a token's own before
-// the global ones, and is accepted when none is left.
+// is "". Replies queue up: each request that passes the checks takes the first unspent one,
+// a token's own before the global ones, and is accepted when none is left. A reply of
+// status 200 accepts the request: it exempts a token from a global script.
 func (f *APNs) Reply(deviceToken string, r APNsReply) { f.replies.add(deviceToken, r, r.Times) }
 
 // Throttle answers the next k requests for deviceToken ("" for all) with status (429 or 503,
@@ -147,13 +128,6 @@ func (f *APNs) BadDeviceToken(deviceToken string) {
 	f.Reply(deviceToken, APNsReply{Status: http.StatusBadRequest, Reason: "BadDeviceToken"})
 }
 
-// SetDown switches the outage on or off: while it is on, every request gets 503
-// ServiceUnavailable, before any check.
-func (f *APNs) SetDown(down bool) { f.replies.setDown(down) }
-
-// Reset drops every scripted reply and ends an outage; what was accepted stays counted.
-func (f *APNs) Reset() { f.replies.reset() }
-
 func (f *APNs) serve(w http.ResponseWriter, r *http.Request) {
 	f.tally.request()
 	if f.replies.isDown() {
@@ -165,7 +139,7 @@ func (f *APNs) serve(w http.ResponseWriter, r *http.Request) {
 		writeAPNsError(w, fail)
 		return
 	}
-	if reply, ok := f.replies.next(n.DeviceToken); ok {
+	if reply, ok := f.replies.next(n.DeviceToken); ok && reply.Status != http.StatusOK {
 		writeAPNsError(w, reply)
 		return
 	}
@@ -189,7 +163,7 @@ func (f *APNs) check(r *http.Request) (APNsNotification, APNsReply) {
 	if !ok {
 		return bad(http.StatusNotFound, "BadPath")
 	}
-	if !isHex(tok) {
+	if !isHexString(tok) {
 		return bad(http.StatusBadRequest, "BadDeviceToken")
 	}
 	if reason := f.checkBearer(r.Header.Get("Authorization")); reason != "" {
@@ -202,7 +176,7 @@ func (f *APNs) check(r *http.Request) (APNsNotification, APNsReply) {
 	switch {
 	case n.Topic == "":
 		return bad(http.StatusBadRequest, "MissingTopic")
-	case !isUUID(n.ID):
+	case !isAPNsID(n.ID):
 		return bad(http.StatusBadRequest, "BadMessageId")
 	case !apnsPushTypes[n.PushType]:
 		return bad(http.StatusBadRequest, "InvalidPushType")
@@ -292,10 +266,10 @@ func writeAPNsError(w http.ResponseWriter, r APNsReply) {
 	if r.RetryAfter != "" {
 		w.Header().Set("Retry-After", r.RetryAfter)
 	}
-	writeJSON(w, r.Status, body)
+	writeFakeJSON(w, r.Status, body)
 }
 
-func isHex(s string) bool {
+func isHexString(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -307,13 +281,13 @@ func isHex(s string) bool {
 	return true
 }
 
-// isUUID reports whether s has the 8-4-4-4-12 hex form APNs requires of an apns-id.
-func isUUID(s string) bool {
+// isAPNsID reports whether s has the 8-4-4-4-12 hex form APNs requires of an apns-id.
+func isAPNsID(s string) bool {
 	if len(s) != 36 {
 		return false
 	}
 	for i, part := range strings.Split(s, "-") {
-		if len(part) != []int{8, 4, 4, 4, 12}[i] || !isHex(part) {
+		if len(part) != []int{8, 4, 4, 4, 12}[i] || !isHexString(part) {
 			return false
 		}
 		if i == 4 {
@@ -325,10 +299,44 @@ func isUUID(s string) bool {
 
 // The rest of this file is shared by the fakes of this package.
 
-// startTLS starts an HTTP/2 TLS server for a fake, stopped by tb's cleanup. It allows many
+// fakeService is what the fakes share: the TLS server, the tally of what was accepted, and the
+// scripted replies. Each fake embeds it, so that its methods are the fake's.
+type fakeService[N, R any] struct {
+	srv     *httptest.Server
+	tally   idTally[N]
+	replies replyScript[R]
+}
+
+// URL is the fake's base URL, for the provider's Options.Endpoint.
+func (s *fakeService[N, R]) URL() string { return s.srv.URL }
+
+// Client returns an HTTP/2 client that trusts the fake's certificate, for the provider's
+// Options.HTTPClient.
+func (s *fakeService[N, R]) Client() *http.Client { return s.srv.Client() }
+
+// Count is the number of distinct notification ids accepted (apns-id, FCM's data.push_id).
+func (s *fakeService[N, R]) Count() int { return s.tally.count() }
+
+// Repeats is the number of accepted notifications whose id had been accepted before.
+func (s *fakeService[N, R]) Repeats() int { return s.tally.repeats() }
+
+// Requests is the number of notification requests answered, whatever the answer.
+func (s *fakeService[N, R]) Requests() int { return s.tally.requestCount() }
+
+// WaitCount waits until Count reaches n, or returns an error when ctx ends first.
+func (s *fakeService[N, R]) WaitCount(ctx context.Context, n int) error { return s.tally.wait(ctx, n) }
+
+// SetDown switches the outage on or off: while it is on, every notification request gets a
+// 503, before any check.
+func (s *fakeService[N, R]) SetDown(down bool) { s.replies.setDown(down) }
+
+// Reset drops every scripted reply and ends an outage; what was accepted stays counted.
+func (s *fakeService[N, R]) Reset() { s.replies.reset() }
+
+// startFakeTLS starts an HTTP/2 TLS server for a fake, stopped by tb's cleanup. It allows many
 // concurrent streams per connection so that a benchmark's burst is not queued behind
 // Go's default of 250.
-func startTLS(tb testing.TB, h http.Handler) *httptest.Server {
+func startFakeTLS(tb testing.TB, h http.Handler) *httptest.Server {
 	srv := httptest.NewUnstartedServer(h)
 	srv.EnableHTTP2 = true
 	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
@@ -337,16 +345,16 @@ func startTLS(tb testing.TB, h http.Handler) *httptest.Server {
 	return srv
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeFakeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v) // the client hung up: nothing to do
 }
 
-// tally records what a fake accepted and counts it by notification id, so that a repeat of
+// idTally records what a fake accepted and counts it by notification id, so that a repeat of
 // the same id (a retry the pusher should not have made, or a crash recovery that resends)
 // counts once and shows in repeats.
-type tally[N any] struct {
+type idTally[N any] struct {
 	mu       sync.Mutex // guards the fields below
 	notes    []N
 	seen     map[string]int // id -> times accepted
@@ -354,13 +362,13 @@ type tally[N any] struct {
 	changed  chan struct{} // closed and replaced at every accept, to wake WaitCount
 }
 
-func (t *tally[N]) request() {
+func (t *idTally[N]) request() {
 	t.mu.Lock()
 	t.requests++
 	t.mu.Unlock()
 }
 
-func (t *tally[N]) accept(id string, n N) {
+func (t *idTally[N]) accept(id string, n N) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.seen == nil {
@@ -374,32 +382,32 @@ func (t *tally[N]) accept(id string, n N) {
 	}
 }
 
-func (t *tally[N]) count() int {
+func (t *idTally[N]) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.seen)
 }
 
-func (t *tally[N]) repeats() int {
+func (t *idTally[N]) repeats() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.notes) - len(t.seen)
 }
 
-func (t *tally[N]) requestCount() int {
+func (t *idTally[N]) requestCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.requests
 }
 
-func (t *tally[N]) list() []N {
+func (t *idTally[N]) list() []N {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]N(nil), t.notes...)
 }
 
 // wait blocks until n distinct ids were accepted or ctx ends.
-func (t *tally[N]) wait(ctx context.Context, what string, n int) error {
+func (t *idTally[N]) wait(ctx context.Context, n int) error {
 	for {
 		t.mu.Lock()
 		got := len(t.seen)
@@ -415,38 +423,38 @@ func (t *tally[N]) wait(ctx context.Context, what string, n int) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("pushtest: %d of %d %s notifications accepted: %w", got, n, what, ctx.Err())
+			return fmt.Errorf("pushtest: %d of %d notifications accepted: %w", got, n, ctx.Err())
 		}
 	}
 }
 
-// replies holds a fake's scripted answers: an outage switch, and queues of replies per
+// replyScript holds a fake's scripted answers: an outage switch, and queues of replies per
 // device token and for every token.
-type replies[R any] struct {
+type replyScript[R any] struct {
 	mu      sync.Mutex // guards the fields below
 	down    bool
-	byToken map[string][]*scripted[R] // "" holds the replies for every token
+	byToken map[string][]*scriptedReply[R] // "" holds the replies for every token
 }
 
-type scripted[R any] struct {
+type scriptedReply[R any] struct {
 	reply R
 	left  int // requests it still answers; -1 for all of them
 }
 
-func (s *replies[R]) add(token string, r R, times int) {
+func (s *replyScript[R]) add(token string, r R, times int) {
 	if times <= 0 {
 		times = -1
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byToken == nil {
-		s.byToken = make(map[string][]*scripted[R])
+		s.byToken = make(map[string][]*scriptedReply[R])
 	}
-	s.byToken[token] = append(s.byToken[token], &scripted[R]{reply: r, left: times})
+	s.byToken[token] = append(s.byToken[token], &scriptedReply[R]{reply: r, left: times})
 }
 
 // next takes the reply for a request to token, if any is scripted.
-func (s *replies[R]) next(token string) (R, bool) {
+func (s *replyScript[R]) next(token string) (R, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, key := range []string{token, ""} {
@@ -466,19 +474,19 @@ func (s *replies[R]) next(token string) (R, bool) {
 	return zero, false
 }
 
-func (s *replies[R]) setDown(down bool) {
+func (s *replyScript[R]) setDown(down bool) {
 	s.mu.Lock()
 	s.down = down
 	s.mu.Unlock()
 }
 
-func (s *replies[R]) isDown() bool {
+func (s *replyScript[R]) isDown() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.down
 }
 
-func (s *replies[R]) reset() {
+func (s *replyScript[R]) reset() {
 	s.mu.Lock()
 	s.down, s.byToken = false, nil
 	s.mu.Unlock()

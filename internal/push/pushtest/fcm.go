@@ -1,12 +1,10 @@
 package pushtest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -33,11 +31,9 @@ import (
 type FCM struct {
 	Account ServiceAccount // its key file, for fcm.Options.CredentialsFile
 
-	srv     *httptest.Server
-	issued  sync.Map // access token -> struct{}
-	mints   atomic.Int64
-	tally   tally[FCMMessage]
-	replies replies[FCMReply]
+	fakeService[FCMMessage, FCMReply]
+	issued sync.Map // access token -> struct{}
+	mints  atomic.Int64
 }
 
 // FCMMessage is one message the fake accepted, as decoded from its body.
@@ -79,28 +75,13 @@ func NewFCM(tb testing.TB) *FCM {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/token", f.serveToken)
 	mux.HandleFunc("/", f.serveSend)
-	f.srv = startTLS(tb, mux)
+	f.srv = startFakeTLS(tb, mux)
 	f.Account = WriteServiceAccount(tb, FCMProjectID, f.srv.URL+"/token")
 	return f
 }
 
-// URL is the fake's base URL, for fcm.Options.Endpoint.
-func (f *FCM) URL() string { return f.srv.URL }
-
-// Client returns an HTTP/2 client that trusts the fake's certificate.
-func (f *FCM) Client() *http.Client { return f.srv.Client() }
-
 // CredentialsFile is the path of the service account JSON the fake trusts.
 func (f *FCM) CredentialsFile() string { return f.Account.Path }
-
-// Count is the number of distinct data.push_ids accepted.
-func (f *FCM) Count() int { return f.tally.count() }
-
-// Repeats is the number of accepted messages whose push_id had been accepted before.
-func (f *FCM) Repeats() int { return f.tally.repeats() }
-
-// Requests is the number of messages:send requests answered, whatever the answer.
-func (f *FCM) Requests() int { return f.tally.requestCount() }
 
 // Mints is the number of access tokens minted: 1 for a provider that caches its token.
 func (f *FCM) Mints() int { return int(f.mints.Load()) }
@@ -108,9 +89,6 @@ func (f *FCM) Mints() int { return int(f.mints.Load()) }
 // Messages returns a copy of every accepted message, repeats included, in the order
 // accepted.
 func (f *FCM) Messages() []FCMMessage { return f.tally.list() }
-
-// WaitCount waits until Count reaches n or ctx ends.
-func (f *FCM) WaitCount(ctx context.Context, n int) error { return f.tally.wait(ctx, "FCM", n) }
 
 // Reply scripts the answer to messages for registration token regToken, or for every token
 // when regToken is "". Replies queue up as APNs.Reply's do.
@@ -135,13 +113,6 @@ func (f *FCM) Unregister(regToken string) {
 	f.Reply(regToken, FCMReply{Status: http.StatusNotFound, ErrorCode: "UNREGISTERED"})
 }
 
-// SetDown switches the outage on or off: while it is on, every messages:send gets 503
-// UNAVAILABLE, before any check (the token endpoint stays up).
-func (f *FCM) SetDown(down bool) { f.replies.setDown(down) }
-
-// Reset drops every scripted reply and ends an outage; what was accepted stays counted.
-func (f *FCM) Reset() { f.replies.reset() }
-
 // fcmStatuses are the Google API error statuses of the HTTP statuses FCM answers with.
 var fcmStatuses = map[int]string{400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
 	404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -159,7 +130,7 @@ func writeFCMError(w http.ResponseWriter, r FCMReply, message string) {
 	if r.RetryAfter != "" {
 		w.Header().Set("Retry-After", r.RetryAfter)
 	}
-	writeJSON(w, r.Status, map[string]any{"error": e})
+	writeFakeJSON(w, r.Status, map[string]any{"error": e})
 }
 
 func (f *FCM) serveSend(w http.ResponseWriter, r *http.Request) {
@@ -173,12 +144,12 @@ func (f *FCM) serveSend(w http.ResponseWriter, r *http.Request) {
 		writeFCMError(w, fail, why)
 		return
 	}
-	if reply, ok := f.replies.next(m.Token); ok {
+	if reply, ok := f.replies.next(m.Token); ok && reply.Status != http.StatusOK {
 		writeFCMError(w, reply, "scripted")
 		return
 	}
 	f.tally.accept(m.Data["push_id"], m)
-	writeJSON(w, http.StatusOK, map[string]string{
+	writeFakeJSON(w, http.StatusOK, map[string]string{
 		"name": "projects/" + f.Account.ProjectID + "/messages/" + m.Data["push_id"]})
 }
 
@@ -228,18 +199,18 @@ func (f *FCM) checkSend(r *http.Request) (FCMMessage, FCMReply, string) {
 func (f *FCM) serveToken(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil || r.Method != http.MethodPost ||
 		r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "unsupported_grant_type"})
+		writeFakeJSON(w, http.StatusBadRequest, map[string]string{"error": "unsupported_grant_type"})
 		return
 	}
 	if err := f.verifyAssertion(r.PostForm.Get("assertion")); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant",
+		writeFakeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant",
 			"error_description": err.Error()})
 		return
 	}
 	tok := "ya29.fake-" + rand.Text()
 	f.issued.Store(tok, struct{}{})
 	f.mints.Add(1)
-	writeJSON(w, http.StatusOK, map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": 3599})
+	writeFakeJSON(w, http.StatusOK, map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": 3599})
 }
 
 // verifyAssertion checks a service account's signed JWT as Google's token endpoint does.
