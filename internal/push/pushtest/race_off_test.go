@@ -1,0 +1,5 @@
+//go:build !race
+
+package pushtest_test
+
+const raceDetector = false

@@ -1,0 +1,63 @@
+package webpush
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		h    string
+		want time.Duration
+	}{
+		{"", 0},
+		{"0", 0},
+		{"-5", 0},
+		{"120", 2 * time.Minute},
+		{" 3 ", 3 * time.Second},
+		{now.Add(time.Minute).Format(http.TimeFormat), time.Minute},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		{"soon", 0},
+		{"99999999999", 365 * 24 * time.Hour},
+	} {
+		if got := retryAfter(tc.h, now); got != tc.want {
+			t.Errorf("retryAfter(%q) = %v, want %v", tc.h, got, tc.want)
+		}
+	}
+}
+
+func TestTTLSeconds(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		exp  time.Time
+		want int
+	}{
+		{time.Time{}, int(DefaultTTL / time.Second)},
+		{now.Add(-time.Second), 0},
+		{now, 0},
+		{now.Add(1500 * time.Millisecond), 2},
+		{now.Add(time.Hour), 3600},
+	} {
+		if got := ttlSeconds(tc.exp, now); got != tc.want {
+			t.Errorf("ttlSeconds(%v) = %d, want %d", tc.exp, got, tc.want)
+		}
+	}
+}
+
+func TestValidTopic(t *testing.T) {
+	for s, want := range map[string]bool{
+		"":                                  false,
+		"c_general":                         true,
+		"abc-DEF_123":                       true,
+		"has space":                         false,
+		"a/b":                               false,
+		"0123456789012345678901234567890a":  true,
+		"0123456789012345678901234567890ab": false,
+	} {
+		if got := validTopic(s); got != want {
+			t.Errorf("validTopic(%q) = %v", s, got)
+		}
+	}
+}

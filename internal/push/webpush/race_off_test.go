@@ -1,0 +1,5 @@
+//go:build !race
+
+package webpush_test
+
+const raceDetector = false
