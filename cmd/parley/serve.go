@@ -70,6 +70,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&n.Gateway.ConvCreateEvery, "conv-create-every", n.Gateway.ConvCreateEvery, "after the burst, one new conversation per user per this interval (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.ConvCreateBurst, "conv-create-burst", n.Gateway.ConvCreateBurst, "burst of the per-user conversation creation limit")
 	fs.BoolVar(&n.Gateway.DevLogin, "dev-login", false, "let the web client sign in by user and device name alone (development; loopback --addr only)")
+	pushFlags(fs, &n.Push)
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}
@@ -79,7 +80,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if n.Gateway.DevLogin && !loopbackAddr(c.Addr) {
 		return c, fmt.Errorf("--dev-login signs anyone in without a secret, so it needs a loopback --addr (127.0.0.1, [::1] or localhost), not %q", c.Addr)
 	}
-	return c, errors.Join(c.validate(), n.Chat.Validate(), n.Gateway.Validate())
+	return c, errors.Join(c.validate(), n.Chat.Validate(), n.Gateway.Validate(), n.Push.Validate())
 }
 
 // minAdminSecret is the shortest --admin-secret accepted, in bytes: the secret is the whole

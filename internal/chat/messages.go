@@ -105,6 +105,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		if s.cluster != nil {
 			s.cluster.event(d.UserID, d.Cursor, body)
 		}
+		s.notifyPush(d.UserID, d.Cursor)
 	}
 	s.published(ctx, len(evs))
 	// After the events: the sender's read counts are pushed from here on, and its devices

@@ -85,6 +85,7 @@ type Service struct {
 	room func() error // see Options.Room; never nil
 
 	cluster *cluster // the other nodes, through Options.Bus; nil on a single node (cluster.go)
+	pusher  Pusher   // SetPusher's; nil: no offline push (push.go)
 
 	writeMu  sync.Mutex // guards writeErr
 	writeErr error      // the store write failure Healthy reports, until writes recover

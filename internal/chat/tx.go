@@ -203,6 +203,7 @@ func (s *Service) publish(ctx context.Context, ob *outbox) {
 		if s.cluster != nil {
 			s.cluster.wake(u, evs[len(evs)-1].Cursor) // the newest: the others read up to it
 		}
+		s.notifyPush(u, evs[len(evs)-1].Cursor)
 	}
 	s.published(ctx, ob.count())
 }

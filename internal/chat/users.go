@@ -148,11 +148,15 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 			return err
 		}
 		gen = u.TokenGen + 1
-		return tx.SetTokenGen(ctx, userID, gen)
+		if err := tx.SetTokenGen(ctx, userID, gen); err != nil {
+			return err
+		}
+		return removeAllPush(ctx, tx, userID) // a revoked device must not be notified
 	})
 	if err != nil {
 		return err
 	}
+	s.reloadPush(ctx, userID)
 	s.raiseGen(userID, gen)
 	s.hub.Kick(userID)
 	if s.cluster != nil {

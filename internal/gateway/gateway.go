@@ -33,6 +33,8 @@ type Options struct {
 	Config      Config           // the zero value means DefaultConfig()
 	Logger      *slog.Logger     // default slog.Default()
 	Metrics     *metrics.Metrics // default: a fresh metrics.New()
+	Push        Push             // nil: offline push is off (push.go)
+	Presence    Presence         // told which devices take events live; nil: nobody is
 }
 
 // Gateway serves the Parley API. It implements http.Handler; Shutdown drains it.
@@ -42,6 +44,8 @@ type Gateway struct {
 	cfg         Config
 	log         *slog.Logger
 	met         *metrics.Metrics
+	push        Push     // nil when off
+	presence    Presence // never nil
 	mux         *http.ServeMux
 	upgrader    websocket.Upgrader
 	requests    *limiter      // nil when off
@@ -93,6 +97,8 @@ func New(o Options) *Gateway {
 		cfg:         o.Config,
 		log:         o.Logger,
 		met:         o.Metrics,
+		push:        o.Push,
+		presence:    o.Presence,
 		mux:         http.NewServeMux(),
 		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
 		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
@@ -107,6 +113,9 @@ func New(o Options) *Gateway {
 	}
 	if g.fanout != nil {
 		g.fanoutTurns = newTurns()
+	}
+	if g.presence == nil {
+		g.presence = nopPresence{}
 	}
 	g.drainCtx, g.drain = context.WithCancel(context.Background())
 	g.upgrader = newUpgrader(g)
@@ -146,6 +155,7 @@ func (g *Gateway) routes() {
 
 	m.HandleFunc("GET /healthz", g.healthz)
 	m.Handle("GET /metrics", g.timely(g.met.Handler()))
+	g.pushRoutes()
 	g.webRoutes()
 }
 

@@ -581,11 +581,14 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 		defer release()
 		g.met.LongPollStarted()
 		defer g.met.LongPollEnded()
+		g.presence.Open(me.UserID, me.DeviceID) // a waiting long-poll takes events live
+		defer g.presence.Close(me.UserID, me.DeviceID)
 	}
 	resp, err := g.svc.Sync(ctx, me, cursor, mark, int(min(limit, protocol.MaxSyncLimit)),
 		time.Duration(min(wait, protocol.MaxLongPollSecond))*time.Second)
 	if err != nil {
 		return 0, nil, err
 	}
+	g.presence.Took(me.UserID, me.DeviceID, resp.Cursor)
 	return http.StatusOK, encodedJSON(appendSyncResponse(nil, &resp)), nil
 }

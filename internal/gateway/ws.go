@@ -144,6 +144,8 @@ func (c *wsConn) serve() {
 	defer g.met.ConnectionClosed()
 	g.register(c)
 	defer g.unregister(c)
+	g.presence.Open(c.me.UserID, c.me.DeviceID) // the pusher leaves a connected device alone
+	defer g.presence.Close(c.me.UserID, c.me.DeviceID)
 	c.run()
 }
 
@@ -231,6 +233,7 @@ type wsConn struct {
 	// Used by one writer at a time (wake orders them):
 	cursor *int64 // where to catch up from, until the first writer has
 	last   int64  // the cursor of the last event pushed
+	told   int64  // the last told to the gateway's Presence
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close: the connection is ending
@@ -609,6 +612,7 @@ func (c *wsConn) writeAll() (open bool) {
 		if !c.catchUp(c.sub, &c.last) {
 			return false
 		}
+		c.tell()
 	}
 	if c.changes != nil {
 		frame, err := json.Marshal(c.changes)
@@ -642,8 +646,17 @@ func (c *wsConn) writeAll() (open bool) {
 			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
 			return false
 		}
+		c.tell()
 	}
 	return false
+}
+
+// tell lets the pusher know how far the device has been handed its events.
+func (c *wsConn) tell() {
+	if c.last > c.told {
+		c.told = c.last
+		c.g.presence.Took(c.me.UserID, c.me.DeviceID, c.last)
+	}
 }
 
 // hold makes the frames written until the next flush (writeWaiting's, or pushPage's) go out

@@ -42,6 +42,14 @@ type Metrics struct {
 	responsesCut      prometheus.Counter
 	buildInfo         *prometheus.GaugeVec
 	busPublishFailed  prometheus.Counter
+
+	pushSent      *prometheus.CounterVec // by provider
+	pushFailed    *prometheus.CounterVec // by provider and reason
+	pushRetried   *prometheus.CounterVec // by provider
+	pushGaveUp    *prometheus.CounterVec // by provider
+	pushCollapsed prometheus.Counter
+	pushRemoved   *prometheus.CounterVec // by provider and reason
+	pushLag       prometheus.Histogram
 }
 
 // New returns Metrics registered on a new registry, together with the Go runtime and process
@@ -104,8 +112,38 @@ func New() *Metrics {
 			Name: "parley_bus_publish_failed_total",
 			Help: "Wake-ups and notices this node could not publish on the bus (NATS unreachable); readers on other nodes get them on their next sync.",
 		}),
+		pushSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_push_sent_total",
+			Help: "Push notifications accepted by the provider (APNs, FCM, Web Push).",
+		}, []string{"provider"}),
+		pushFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_push_failed_total",
+			Help: "Push notifications the provider rejected for good (dropped; the device stays registered).",
+		}, []string{"provider", "reason"}),
+		pushRetried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_push_retried_total",
+			Help: "Push attempts that failed for now (429, 5xx, network) and will be tried again after a backoff.",
+		}, []string{"provider"}),
+		pushGaveUp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_push_given_up_total",
+			Help: "Push notifications dropped because their event was older than 24 h and the provider still failed.",
+		}, []string{"provider"}),
+		pushCollapsed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_push_collapsed_total",
+			Help: "Notifications not sent because a later message of the same conversation was sent in their place.",
+		}),
+		pushRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_push_tokens_removed_total",
+			Help: "Push registrations removed because the provider said the token is dead.",
+		}, []string{"provider", "reason"}),
+		pushLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "parley_push_lag_seconds",
+			Help:    "Time from an event's commit to the provider's acceptance of its push.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
+		}),
 	}
 	m.reg.MustRegister(
+		m.pushSent, m.pushFailed, m.pushRetried, m.pushGaveUp, m.pushCollapsed, m.pushRemoved, m.pushLag,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
@@ -222,4 +260,43 @@ func (m *Metrics) ResponseCut() {
 	if m != nil {
 		m.responsesCut.Inc()
 	}
+}
+
+// Pushed counts a push the provider accepted, lag after its event's commit.
+func (m *Metrics) PushSent(provider string, lag time.Duration) {
+	m.pushSent.WithLabelValues(provider).Inc()
+	m.pushLag.Observe(lag.Seconds())
+}
+
+// Failed counts a push the provider rejected for good.
+func (m *Metrics) PushFailed(provider, reason string) {
+	m.pushFailed.WithLabelValues(provider, reasonLabel(reason)).Inc()
+}
+
+// Retried counts a push attempt that will be tried again.
+func (m *Metrics) PushRetried(provider string) { m.pushRetried.WithLabelValues(provider).Inc() }
+
+// GaveUp counts a push dropped after 24 h of failures.
+func (m *Metrics) PushGaveUp(provider string) { m.pushGaveUp.WithLabelValues(provider).Inc() }
+
+// Collapsed counts notifications replaced by a later one of their conversation.
+func (m *Metrics) PushCollapsed(n int) { m.pushCollapsed.Add(float64(n)) }
+
+// TokenRemoved counts a dead token's registration removed.
+func (m *Metrics) PushTokenRemoved(provider, reason string) {
+	m.pushRemoved.WithLabelValues(provider, reasonLabel(reason)).Inc()
+}
+
+// reasonLabel keeps a provider's reason usable as a label: short, and one bucket for the
+// unexpected, so that a provider answering free text cannot grow the series without bound.
+func reasonLabel(r string) string {
+	if len(r) == 0 || len(r) > 40 {
+		return "other"
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return "other"
+		}
+	}
+	return r
 }

@@ -57,6 +57,8 @@ type Notification struct {
 	BadgeOnly bool
 	// Expiration is when the provider may drop it if the device stays unreachable.
 	Expiration time.Time
+
+	eventTS int64 // the event's commit time (Unix ms), for the lag metric
 }
 
 // Outcome is what a provider's answer means for the pusher.

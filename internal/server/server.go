@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
@@ -23,6 +24,7 @@ import (
 	"github.com/parleychat/parley/internal/gateway"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/metrics"
+	"github.com/parleychat/parley/internal/push"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/pebble"
 	"github.com/parleychat/parley/internal/store/postgres"
@@ -52,6 +54,8 @@ type Config struct {
 	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
 	// several nodes in one process on one bus.Memory.
 	Bus bus.Bus
+	// Push configures offline push (push.go).
+	Push PushConfig
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
 	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
 	// which nodes sharing a store must share, and is not locked, so that they may share it.
@@ -60,7 +64,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults for a node storing in dataDir.
 func DefaultConfig(dataDir string) Config {
-	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig()}
+	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig(), Push: DefaultPushConfig()}
 }
 
 // Server is one assembled node.
@@ -76,6 +80,7 @@ type Server struct {
 	closes []func() error // what Close closes, the store and bus the node opened itself
 	http   *http.Server
 	stopBG context.CancelFunc
+	bg     sync.WaitGroup // background work, stopped by stopBG before the store closes
 	unlock func()
 }
 
@@ -123,7 +128,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
 		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room, Bus: b})
-	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m})
+	presence := push.NewPresence(cfg.Now)
+	pusher, err := newPusher(ctx, cfg, s, secret, presence)
+	if err != nil {
+		s.closeOwn()
+		return nil, err
+	}
+	var live gateway.Presence = presence
+	var feed *push.Feed
+	if b != nil { // the pushing node may be another: tell it through the bus
+		if feed, err = push.NewFeed(b, pusher, presence, cfg.Logger); err != nil {
+			s.closeOwn()
+			return nil, err
+		}
+		s.Service.SetPusher(feed)
+		live = feed
+	} else {
+		s.Service.SetPusher(pusher)
+	}
+	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m,
+		Push: pusher, Presence: live})
 	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
 	// deadline and cancels the request). The gateway bounds each request body with its own
 	// deadline instead (gateway.Config.BodyTimeout).
@@ -136,6 +160,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	bg, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
 	go s.Service.RunRetention(bg, time.Hour)
+	s.bg.Go(func() {
+		if err := pusher.Run(bg); err != nil {
+			cfg.Logger.Error("push: stopped", "err", err)
+		}
+	})
+	if feed != nil {
+		s.bg.Go(func() { feed.Run(bg) })
+	}
 	return s, nil
 }
 
@@ -286,6 +318,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // caller gave them (Config.Store, Config.Bus).
 func (s *Server) Close() error {
 	s.stopBG()
+	s.bg.Wait() // the pusher writes its last cursors before the store closes
 	return s.closeOwn()
 }
 

@@ -98,6 +98,7 @@ type ReadTx interface {
 	MarkReader
 	MessageReader
 	EventReader
+	PushReader
 }
 
 // Tx is what a read-write transaction offers.
@@ -108,6 +109,7 @@ type Tx interface {
 	MemberWriter
 	MessageWriter
 	EventWriter
+	PushWriter
 }
 
 // User is an account created by the operator.
@@ -320,4 +322,69 @@ type EventWriter interface {
 	// AppendEvent assigns e the user's next cursor (last + 1, gapless), stores it, and
 	// returns the cursor. ErrNotFound if e.UserID is not a user.
 	AppendEvent(ctx context.Context, e Event) (int64, error)
+}
+
+// PushTarget is where one device's offline push notifications go, and how far they have
+// gone: the device's push cursor into its user's event log (docs/design.md, "Offline push").
+type PushTarget struct {
+	UserID   string
+	DeviceID string
+	Provider string // "apns", "fcm" or "webpush"
+	// Token is the APNs device token, the FCM registration token, or the Web Push
+	// subscription as JSON ({"endpoint", "keys": {"p256dh", "auth"}}).
+	Token        string
+	Topic        string // the APNs topic (the app's bundle id); empty for the others
+	Locale       string
+	RegisteredAt int64 // Unix ms of the registration: an APNs "gone since" older than it removes nothing
+	// Cursor is the device's push position: every event of the user's log at or below it has
+	// been dealt with (pushed, or judged to need no push). It only moves forward.
+	Cursor int64
+}
+
+// Mute silences one conversation's pushes for one user until a time.
+type Mute struct {
+	UserID string
+	ConvID string
+	Until  int64 // Unix ms; math.MaxInt64 for ever
+}
+
+// PushReader reads push targets and mutes.
+type PushReader interface {
+	// PushTarget returns the device's target, or ErrNotFound.
+	PushTarget(ctx context.Context, userID, deviceID string) (PushTarget, error)
+	// PushTargets returns the user's targets ordered by DeviceID; empty when none.
+	PushTargets(ctx context.Context, userID string) ([]PushTarget, error)
+	// PushTargetsAfter returns up to limit targets of every user, ordered by (UserID,
+	// DeviceID), after (afterUser, afterDevice): a page of them all, for the pusher's start
+	// and its sweeps. Empty when there are no more.
+	PushTargetsAfter(ctx context.Context, afterUser, afterDevice string, limit int) ([]PushTarget, error)
+	// Mutes returns the user's mutes, expired ones included, ordered by ConvID.
+	Mutes(ctx context.Context, userID string) ([]Mute, error)
+}
+
+// PushWriter writes push targets and mutes.
+type PushWriter interface {
+	// PutPushTarget inserts or overwrites the target (t.UserID, t.DeviceID), every field as
+	// given, Cursor included.
+	PutPushTarget(ctx context.Context, t PushTarget) error
+	// DeletePushTarget removes the target; ErrNotFound if there is none.
+	DeletePushTarget(ctx context.Context, userID, deviceID string) error
+	// AdvancePushCursor raises the target's Cursor to at least cursor, never lowering it;
+	// ErrNotFound if there is no target.
+	AdvancePushCursor(ctx context.Context, userID, deviceID string, cursor int64) error
+	// PutMute inserts or overwrites the mute (m.UserID, m.ConvID).
+	PutMute(ctx context.Context, m Mute) error
+	// DeleteMute removes the mute; ErrNotFound if there is none.
+	DeleteMute(ctx context.Context, userID, convID string) error
+}
+
+// Leader is implemented by a backend that several nodes share (PostgreSQL): it elects one
+// of them to do a job that must run in one place at a time (the pusher, each device
+// pushed by exactly one node). A backend only one process opens has no Leader: that
+// process always leads.
+type Leader interface {
+	// Lead blocks until this process holds the lead for name, or ctx ends (its error). It
+	// returns a channel closed when the lead is lost (the database connection that holds it
+	// broke); release gives it up. After a loss, call Lead again.
+	Lead(ctx context.Context, name string) (lost <-chan struct{}, release func(), err error)
 }

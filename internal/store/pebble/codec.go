@@ -227,3 +227,32 @@ func decodeEvent(v []byte, user string, cursor int64) (store.Event, error) {
 	e.Data = d.optBytes()
 	return e, d.done()
 }
+
+func encodePushTarget(b []byte, p store.PushTarget) []byte {
+	b = appendString(b, p.Provider)
+	b = appendString(b, p.Token)
+	b = appendString(b, p.Topic)
+	b = appendString(b, p.Locale)
+	b = appendVarint(b, p.RegisteredAt)
+	return appendVarint(b, p.Cursor)
+}
+
+func decodePushTarget(v []byte, user, device string) (store.PushTarget, error) {
+	d := decoder{b: v}
+	p := store.PushTarget{UserID: user, DeviceID: device}
+	p.Provider = d.string()
+	p.Token = d.string()
+	p.Topic = d.string()
+	p.Locale = d.string()
+	p.RegisteredAt = d.varint()
+	p.Cursor = d.varint()
+	return p, d.done()
+}
+
+func encodeMute(b []byte, m store.Mute) []byte { return appendVarint(b, m.Until) }
+
+func decodeMute(v []byte, user, conv string) (store.Mute, error) {
+	d := decoder{b: v}
+	m := store.Mute{UserID: user, ConvID: conv, Until: d.varint()}
+	return m, d.done()
+}

@@ -25,6 +25,8 @@ import (
 //	h  int(hour) enc(user)                -> empty: the user has events of that hour, for PruneEvents
 //	t  int(ts) enc(user) int(cursor)      -> empty: events by time, written by layout 1 only
 //	v                                     -> layout version (uvarint)
+//	p  enc(user) enc(device)              -> push target: provider, token, topic, locale, registered_at, cursor
+//	s  enc(user) enc(conv)                -> mute: until
 //
 // int(x) is the int64 as 8 big-endian bytes with the sign bit flipped, so that byte order
 // is numeric order for every int64, negative ones included. enc(s) is the string with each
@@ -46,6 +48,9 @@ import (
 // row's ordinal): an index entry exists
 // exactly when its row does. Keys i were a msg_id index that nothing read; databases from before
 // they were dropped still hold them, unused.
+//
+// The push keys p and s came after layout 2 without a new version: they are tables of
+// their own, which a database without them simply lacks and an older binary never reads.
 //
 // Members scans the roster r, never the member rows m themselves: a member row is rewritten
 // on every read-position update (and the sender's on every send), so the memtable holds many
@@ -71,6 +76,8 @@ const (
 	tReadFanout   byte = 'R' // R enc(user) enc(conv): the user is a member of a read-fanout conversation
 	tMark         byte = 'x' // x: the store's latest mark (store.MarkReader)
 	tStanding     byte = 'o' // o enc(conv) int(ordinal) enc(user): members by standing
+	tPushTarget   byte = 'p' // p enc(user) enc(device): a device's push target (store.PushReader)
+	tMute         byte = 's' // s enc(user) enc(conv): a muted conversation (store.PushReader)
 )
 
 // layoutVersion is the version of the key layout and value encoding stored under key v.
@@ -204,6 +211,14 @@ func hourOf(ts int64) int64 {
 
 func eventHourKey(b []byte, hour int64, user string) []byte {
 	return appendStr(appendInt(append(b, tEventByHour), hour), user)
+}
+
+func pushTargetKey(b []byte, user, device string) []byte {
+	return appendStr(appendStr(append(b, tPushTarget), user), device)
+}
+
+func muteKey(b []byte, user, conv string) []byte {
+	return appendStr(appendStr(append(b, tMute), user), conv)
 }
 
 var versionKey = []byte{tVersion}

@@ -84,10 +84,17 @@ type Store struct {
 	pool *pgxpool.Pool
 	ap   *appender
 
+	// connCfg is what Lead connects with: the pool's settings, on a connection of its own.
+	connCfg *pgx.ConnConfig
+
 	// mu guards closed; calls hold it shared for their duration, so Close waits for them
 	// before closing the pool.
 	mu     sync.RWMutex
 	closed bool
+	// leads holds the leads Lead gave that are neither released nor lost (see Lead); nil
+	// once Close took them to end them.
+	leadMu sync.Mutex
+	leads  map[*lead]struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -136,7 +143,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		apPool.Close()
 		return nil, err
 	}
-	s := &Store{opts: opts, pool: pool}
+	s := &Store{opts: opts, pool: pool, connCfg: cfg.ConnConfig.Copy(), leads: make(map[*lead]struct{})}
 	s.ap = newAppender(apPool, opts)
 	return s, nil
 }
@@ -315,7 +322,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close implements store.Store (a second Close fails with ErrUnavailable): it refuses new calls, lets the appender finish what is
-// queued, waits for calls in progress and closes the pool.
+// queued, waits for calls in progress, ends the leads still held (see Lead) and closes the pool.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -324,6 +331,13 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.leadMu.Lock()
+	leads := s.leads
+	s.leads = nil
+	s.leadMu.Unlock()
+	for l := range leads {
+		l.end(true)
+	}
 	s.ap.close()
 	s.ap.pool.Close()
 	s.pool.Close()

@@ -12,7 +12,29 @@ import (
 // version i+1 (the one row of parley_schema). Steps are append-only: a released step is
 // never edited, a change is a new step.
 func migrations() [][]string {
-	return [][]string{schemaV1()}
+	return [][]string{schemaV1(), {
+		// v2: offline push (store.PushReader, store.PushWriter): each device's push target
+		// with its push cursor, and each user's muted conversations. The key columns are
+		// COLLATE "C" so that the primary keys, which every read scans in order, order ids
+		// byte by byte as the embedded engines do, whatever the database's collation.
+		`CREATE TABLE push_targets (
+			user_id       text COLLATE "C" NOT NULL,
+			device_id     text COLLATE "C" NOT NULL,
+			provider      text   NOT NULL,
+			token         text   NOT NULL,
+			topic         text   NOT NULL,
+			locale        text   NOT NULL,
+			registered_at bigint NOT NULL,
+			cursor        bigint NOT NULL,
+			PRIMARY KEY (user_id, device_id)
+		)`,
+		`CREATE TABLE mutes (
+			user_id text COLLATE "C" NOT NULL,
+			conv_id text COLLATE "C" NOT NULL,
+			until   bigint NOT NULL,
+			PRIMARY KEY (user_id, conv_id)
+		)`,
+	}}
 }
 
 // schemaV1 is the initial schema.

@@ -29,6 +29,10 @@ const (
 	stMessagesBefore
 	stEvents
 	stCursors
+	stPushTarget
+	stPushTargets
+	stPushTargetsAfter
+	stMutes
 	numReadStmts // marks the end of the statements a read-only pool prepares
 
 	// Writes.
@@ -45,6 +49,11 @@ const (
 	stPruneOldest
 	stPruneUpTo
 	stRaisePruned
+	stPutPushTarget
+	stDeletePushTarget
+	stAdvancePushCursor
+	stPutMute
+	stDeleteMute
 
 	// Transaction control for group commit.
 	stBegin
@@ -63,6 +72,8 @@ const (
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
 	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled`
+	pushCols   = `user_id, device_id, provider, token, topic, locale, registered_at, cursor`
+	muteCols   = `user_id, conv_id, until`
 )
 
 // statementSQL returns the text of every statement, indexed by stmtID. A function rather
@@ -89,6 +100,11 @@ func statementSQL() [numStmts]string {
 		stCursors: `SELECT max(u.pruned_cursor, coalesce(
 			(SELECT max(e.cursor) FROM events e WHERE e.user_id = u.id), 0)), u.pruned_cursor
 			FROM users u WHERE u.id = ?`,
+		stPushTarget:  `SELECT ` + pushCols + ` FROM push_targets WHERE user_id = ? AND device_id = ?`,
+		stPushTargets: `SELECT ` + pushCols + ` FROM push_targets WHERE user_id = ? ORDER BY device_id`,
+		stPushTargetsAfter: `SELECT ` + pushCols + ` FROM push_targets WHERE (user_id, device_id) > (?, ?)
+			ORDER BY user_id, device_id LIMIT ?`,
+		stMutes: `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
 
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
 		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
@@ -115,6 +131,15 @@ func statementSQL() [numStmts]string {
 			RETURNING user_id, cursor`,
 		stPruneUpTo:   `DELETE FROM events WHERE user_id = ? AND cursor <= ?`,
 		stRaisePruned: `UPDATE users SET pruned_cursor = max(pruned_cursor, ?) WHERE id = ?`,
+		stPutPushTarget: `INSERT INTO push_targets (` + pushCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (user_id, device_id) DO UPDATE SET provider = excluded.provider,
+			token = excluded.token, topic = excluded.topic, locale = excluded.locale,
+			registered_at = excluded.registered_at, cursor = excluded.cursor`,
+		stDeletePushTarget:  `DELETE FROM push_targets WHERE user_id = ? AND device_id = ?`,
+		stAdvancePushCursor: `UPDATE push_targets SET cursor = max(cursor, ?) WHERE user_id = ? AND device_id = ?`,
+		stPutMute: `INSERT INTO mutes (` + muteCols + `) VALUES (?, ?, ?)
+			ON CONFLICT (user_id, conv_id) DO UPDATE SET until = excluded.until`,
+		stDeleteMute: `DELETE FROM mutes WHERE user_id = ? AND conv_id = ?`,
 
 		stBegin:      `BEGIN IMMEDIATE`,
 		stCommit:     `COMMIT`,

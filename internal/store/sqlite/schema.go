@@ -23,6 +23,27 @@ func migrations() [][]string {
 		// v4: members by standing, so that a page of a large group's members
 		// (store.MemberReader.MembersAfter) and its last ordinal read only what they return.
 		`CREATE INDEX members_by_ordinal ON members (conv_id, ordinal)`,
+	}, {
+		// v5: offline push (store.PushReader, store.PushWriter): each device's push target
+		// with its push cursor, and each user's muted conversations. Both are read by their
+		// primary keys only, in key order (BINARY, as the other backends order them).
+		`CREATE TABLE push_targets (
+			user_id       TEXT    NOT NULL,
+			device_id     TEXT    NOT NULL,
+			provider      TEXT    NOT NULL,
+			token         TEXT    NOT NULL,
+			topic         TEXT    NOT NULL,
+			locale        TEXT    NOT NULL,
+			registered_at INTEGER NOT NULL,
+			cursor        INTEGER NOT NULL,
+			PRIMARY KEY (user_id, device_id)
+		) WITHOUT ROWID`,
+		`CREATE TABLE mutes (
+			user_id TEXT    NOT NULL,
+			conv_id TEXT    NOT NULL,
+			until   INTEGER NOT NULL,
+			PRIMARY KEY (user_id, conv_id)
+		) WITHOUT ROWID`,
 	}}
 }
 

@@ -40,6 +40,22 @@ func Message(r Row) (store.Message, error) {
 	return m, err
 }
 
+// PushTarget reads user_id, device_id, provider, token, topic, locale, registered_at,
+// cursor.
+func PushTarget(r Row) (store.PushTarget, error) {
+	var t store.PushTarget
+	err := r.Scan(&t.UserID, &t.DeviceID, &t.Provider, &t.Token, &t.Topic, &t.Locale,
+		&t.RegisteredAt, &t.Cursor)
+	return t, err
+}
+
+// Mute reads user_id, conv_id, until.
+func Mute(r Row) (store.Mute, error) {
+	var m store.Mute
+	err := r.Scan(&m.UserID, &m.ConvID, &m.Until)
+	return m, err
+}
+
 func conversationDest(c *store.Conversation) []any {
 	return []any{&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
 		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark}

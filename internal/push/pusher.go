@@ -1,0 +1,894 @@
+package push
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
+)
+
+// Facts is what the pusher needs from the chat rules: the badge and display names.
+type Facts interface {
+	// Badge returns the user's unread total, muted conversations left out.
+	Badge(ctx context.Context, userID string) (int, error)
+	// Name returns the user's display name.
+	Name(ctx context.Context, userID string) (string, error)
+}
+
+// Observer receives the pusher's measurements; the metrics package implements it.
+type Observer interface {
+	PushSent(provider string, lag time.Duration) // accepted by the provider; lag from the event's commit
+	PushFailed(provider, reason string)          // rejected for good (the notification is dropped)
+	PushRetried(provider string)                 // a transient failure, to be tried again
+	PushGaveUp(provider string)                  // still failing 24 h after the event: dropped
+	PushCollapsed(n int)                         // notifications not sent because a later one of their conversation was
+	PushTokenRemoved(provider, reason string)    // a dead token's target removed
+}
+
+type nopObserver struct{}
+
+func (nopObserver) PushSent(string, time.Duration)  {}
+func (nopObserver) PushFailed(string, string)       {}
+func (nopObserver) PushRetried(string)              {}
+func (nopObserver) PushGaveUp(string)               {}
+func (nopObserver) PushCollapsed(int)               {}
+func (nopObserver) PushTokenRemoved(string, string) {}
+
+// Options configure a Pusher. Store, Facts and Providers are required.
+type Options struct {
+	Store     store.Store
+	Facts     Facts
+	Providers map[string]Provider // by provider name; targets of a provider not here are skipped
+	Presence  *Presence           // nil: every device counts as offline
+	// Grace is how long a live device (Presence) has to take an event before it is pushed
+	// anyway. Default 3 s.
+	Grace time.Duration
+	// CollapseWindow is the least time between two pushes to one device: the messages that
+	// arrive meanwhile go out together, one notification per conversation. Default 1 s.
+	CollapseWindow time.Duration
+	// GiveUpAfter is how long after an event the pusher stops retrying its push. Default 24 h.
+	GiveUpAfter time.Duration
+	// MinBackoff and MaxBackoff bound the exponential backoff between retries (with jitter,
+	// and never shorter than the provider's Retry-After). Defaults 1 s and 1 h.
+	MinBackoff, MaxBackoff time.Duration
+	// Workers is how many users are worked on at once, each with its sends in turn. Default 128.
+	Workers int
+	// Preview puts up to this many characters of a text message in its notification; 0
+	// (the default) sends no content.
+	Preview int
+	// FlushEvery is how often advanced cursors are written to the store. Default 100 ms: a
+	// crash repeats at most that much, and a repeat carries the same notification id.
+	FlushEvery time.Duration
+	// SweepEvery is how often every target is compared with its user's log, to find events
+	// no wake-up announced (committed by another node). Default 30 s.
+	SweepEvery time.Duration
+	// VAPIDPublicKey is the Web Push application server key that clients subscribe with.
+	VAPIDPublicKey string
+	Now            func() time.Time
+	Log            *slog.Logger
+	Obs            Observer
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.Grace, 3*time.Second)
+	def(&o.CollapseWindow, time.Second)
+	def(&o.GiveUpAfter, 24*time.Hour)
+	def(&o.MinBackoff, time.Second)
+	def(&o.MaxBackoff, time.Hour)
+	def(&o.FlushEvery, 100*time.Millisecond)
+	def(&o.SweepEvery, 30*time.Second)
+	if o.Workers <= 0 {
+		o.Workers = 128
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Obs == nil {
+		o.Obs = nopObserver{}
+	}
+	if o.Presence == nil {
+		o.Presence = NewPresence(o.Now)
+	}
+}
+
+// Pusher pushes each registered device the events of its user's log that it did not take
+// live, advancing the device's durable cursor behind the provider's acceptance. The zero
+// value is not usable; call New, then Run.
+type Pusher struct {
+	o Options
+
+	mu      sync.Mutex
+	users   map[string]*userState
+	ready   []string      // users to work on, in order
+	readyC  chan struct{} // signalled when ready grows
+	dirty   map[deviceKey]int64
+	running bool
+}
+
+// userState is the pusher's memory of one user with targets.
+type userState struct {
+	id      string
+	devices map[string]*deviceState
+	queued  bool // in ready
+	working bool // a worker has it
+	again   bool // woken while a worker had it
+	timer   *time.Timer
+	wakeAt  time.Time // timer's time, zero when none
+}
+
+// deviceState is one target and where its pushes are.
+type deviceState struct {
+	t         store.PushTarget
+	cursor    int64 // every event at or below it is dealt with (t.Cursor is the stored one)
+	attempt   int   // failed attempts of the current notifications
+	notBefore time.Time
+	lastPush  time.Time
+}
+
+// New returns a pusher; Run starts it.
+func New(o Options) *Pusher {
+	o.defaults()
+	return &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64)}
+}
+
+// Run loads every target, works until ctx ends, then writes the cursors it advanced. On a
+// store shared by several nodes (store.Leader) it first waits to be the one pusher.
+func (p *Pusher) Run(ctx context.Context) error {
+	if l, ok := p.o.Store.(store.Leader); ok {
+		for ctx.Err() == nil {
+			lost, release, err := l.Lead(ctx, "push")
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				p.o.Log.Error("push: lead", "err", err)
+				if !sleep(ctx, p.o.MinBackoff) {
+					return nil
+				}
+				continue
+			}
+			p.o.Log.Info("push: this node pushes")
+			lctx, cancel := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-lost:
+					p.o.Log.Warn("push: lost the lead")
+				case <-lctx.Done():
+				}
+				cancel()
+			}()
+			err = p.run(lctx)
+			cancel()
+			release()
+			if err != nil && ctx.Err() == nil {
+				p.o.Log.Error("push: stopped", "err", err)
+			}
+		}
+		return nil
+	}
+	return p.run(ctx)
+}
+
+func (p *Pusher) run(ctx context.Context) error {
+	p.mu.Lock()
+	p.users = make(map[string]*userState)
+	p.ready = nil
+	p.running = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.running = false
+		for _, u := range p.users {
+			if u.timer != nil {
+				u.timer.Stop()
+			}
+		}
+		p.mu.Unlock()
+	}()
+	if err := p.sweep(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for range p.o.Workers {
+		wg.Go(func() { p.work(ctx) })
+	}
+	flush := time.NewTicker(p.o.FlushEvery)
+	sweep := time.NewTicker(p.o.SweepEvery)
+	defer flush.Stop()
+	defer sweep.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-flush.C:
+			p.flush(ctx)
+		case <-sweep.C:
+			p.o.Presence.forget(max(10*p.o.Grace, time.Minute))
+			if err := p.sweep(ctx); err != nil && ctx.Err() == nil {
+				p.o.Log.Error("push: sweep", "err", err)
+			}
+		}
+	}
+	wg.Wait()
+	p.flush(context.WithoutCancel(ctx))
+	return nil
+}
+
+// Notify tells the pusher that userID's log has events up to cursor: the chat service
+// calls it after every commit that wrote events.
+func (p *Pusher) Notify(userID string, cursor int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u := p.users[userID]; u != nil {
+		p.enqueueLocked(u)
+	}
+}
+
+// Reload re-reads userID's targets (a device registered or removed one) and works on them.
+func (p *Pusher) Reload(ctx context.Context, userID string) error {
+	var ts []store.PushTarget
+	err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
+		var err error
+		ts, err = tx.PushTargets(ctx, userID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loadLocked(userID, ts, true)
+	return nil
+}
+
+// sweep reads every target, adds those it did not know and drops those removed, and works
+// on every user (each finds out from its log whether anything is pending).
+func (p *Pusher) sweep(ctx context.Context) error {
+	const page = 500
+	seen := make(map[string]bool)
+	afterUser, afterDevice := "", ""
+	for {
+		var ts []store.PushTarget
+		err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
+			var err error
+			ts, err = tx.PushTargetsAfter(ctx, afterUser, afterDevice, page)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		p.mu.Lock()
+		for i := 0; i < len(ts); {
+			j := i
+			for j < len(ts) && ts[j].UserID == ts[i].UserID {
+				j++
+			}
+			uid := ts[i].UserID
+			if !seen[uid] {
+				seen[uid] = true
+				p.loadLocked(uid, ts[i:j], true)
+			} else { // the user's targets straddle two pages
+				p.loadLocked(uid, append(p.targetsLocked(uid), ts[i:j]...), true)
+			}
+			i = j
+		}
+		p.mu.Unlock()
+		if len(ts) < page {
+			break
+		}
+		afterUser, afterDevice = ts[len(ts)-1].UserID, ts[len(ts)-1].DeviceID
+	}
+	p.mu.Lock()
+	for uid := range p.users {
+		if !seen[uid] {
+			p.loadLocked(uid, nil, false)
+		}
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// targetsLocked returns the targets known for uid.
+func (p *Pusher) targetsLocked(uid string) []store.PushTarget {
+	u := p.users[uid]
+	if u == nil {
+		return nil
+	}
+	var ts []store.PushTarget
+	for _, d := range u.devices {
+		ts = append(ts, d.t)
+	}
+	return ts
+}
+
+// loadLocked makes uid's devices those of ts, keeping what is known of devices that stay
+// (a cursor advanced but not yet flushed), and queues the user when wake is set.
+func (p *Pusher) loadLocked(uid string, ts []store.PushTarget, wake bool) {
+	u := p.users[uid]
+	if len(ts) == 0 {
+		if u != nil {
+			if u.timer != nil {
+				u.timer.Stop()
+			}
+			u.devices = nil
+			if !u.working && !u.queued {
+				delete(p.users, uid)
+			}
+		}
+		return
+	}
+	if u == nil {
+		u = &userState{id: uid}
+		p.users[uid] = u
+	}
+	old := u.devices
+	u.devices = make(map[string]*deviceState, len(ts))
+	for _, t := range ts {
+		d := old[t.DeviceID]
+		if d == nil || d.t.Token != t.Token || d.t.Provider != t.Provider {
+			d = &deviceState{t: t, cursor: t.Cursor}
+		} else {
+			d.t = t
+			d.cursor = max(d.cursor, t.Cursor)
+		}
+		u.devices[t.DeviceID] = d
+	}
+	if wake {
+		p.enqueueLocked(u)
+	}
+}
+
+func (p *Pusher) enqueueLocked(u *userState) {
+	if u.working {
+		u.again = true
+		return
+	}
+	if u.queued || !p.running {
+		return
+	}
+	u.queued = true
+	p.ready = append(p.ready, u.id)
+	select {
+	case p.readyC <- struct{}{}:
+	default:
+	}
+}
+
+// wakeAtLocked arranges for u to be worked on at t (the earliest of the times asked).
+func (p *Pusher) wakeAtLocked(u *userState, t time.Time) {
+	if !u.wakeAt.IsZero() && !t.Before(u.wakeAt) {
+		return
+	}
+	u.wakeAt = t
+	d := max(t.Sub(p.o.Now()), 0)
+	if u.timer == nil {
+		u.timer = time.AfterFunc(d, func() {
+			p.mu.Lock()
+			u.wakeAt = time.Time{}
+			if p.users[u.id] == u {
+				p.enqueueLocked(u)
+			}
+			p.mu.Unlock()
+		})
+		return
+	}
+	u.timer.Reset(d)
+}
+
+// work takes users off the ready list until ctx ends.
+func (p *Pusher) work(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		for len(p.ready) == 0 {
+			p.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.readyC:
+			}
+			p.mu.Lock()
+		}
+		uid := p.ready[0]
+		p.ready = p.ready[1:]
+		if len(p.ready) > 0 { // pass the signal on: more users wait
+			select {
+			case p.readyC <- struct{}{}:
+			default:
+			}
+		}
+		u := p.users[uid]
+		if u == nil {
+			p.mu.Unlock()
+			continue
+		}
+		u.queued, u.working = false, true
+		devices := make([]deviceState, 0, len(u.devices))
+		for _, d := range u.devices {
+			devices = append(devices, *d)
+		}
+		p.mu.Unlock()
+
+		more, next, err := p.process(ctx, uid, devices)
+		if err != nil && ctx.Err() == nil {
+			p.o.Log.Error("push: read the log", "user", uid, "err", err)
+			next = p.o.Now().Add(p.o.MinBackoff)
+		}
+
+		p.mu.Lock()
+		u.working = false
+		if p.users[uid] != u {
+			p.mu.Unlock()
+			continue
+		}
+		if len(u.devices) == 0 {
+			delete(p.users, uid)
+		} else if more || u.again {
+			u.again = false
+			p.enqueueLocked(u)
+		} else if !next.IsZero() {
+			p.wakeAtLocked(u, next)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// batch is how many events of a user's log one pass reads.
+const batch = 256
+
+// process works on one user's devices: reads the log from the least cursor, decides and
+// sends each device's notifications, and records how far each got. It returns whether
+// the log has more than one pass read, and when to come back for devices that must wait
+// (zero: not needed).
+func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState) (more bool, next time.Time, err error) {
+	from := int64(math.MaxInt64)
+	for _, d := range devices {
+		from = min(from, d.cursor)
+	}
+	var evs []store.Event
+	var mutes []store.Mute
+	err = p.o.Store.View(ctx, func(tx store.ReadTx) error {
+		var err error
+		if evs, err = tx.Events(ctx, uid, from, batch); err != nil {
+			return err
+		}
+		mutes, err = tx.Mutes(ctx, uid)
+		return err
+	})
+	if err != nil || len(evs) == 0 {
+		return false, time.Time{}, err
+	}
+	more = len(evs) == batch
+	w := &pass{p: p, ctx: ctx, uid: uid, evs: evs, now: p.o.Now(), names: map[string]string{}, badge: -1}
+	w.muted = make(map[string]bool)
+	nowMS := w.now.UnixMilli()
+	for _, m := range mutes {
+		if m.Until > nowMS {
+			w.muted[m.ConvID] = true
+		}
+	}
+	for i := range devices {
+		if t := w.device(&devices[i]); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	return more, next, nil
+}
+
+// pass is one reading of a user's log, shared by the user's devices.
+type pass struct {
+	p     *Pusher
+	ctx   context.Context
+	uid   string
+	evs   []store.Event
+	now   time.Time
+	muted map[string]bool
+	names map[string]string
+	badge int // -1 until read
+}
+
+// device decides and sends one device's notifications for the events of the pass after
+// its cursor, and records the outcome. It returns when to come back (zero: when woken).
+func (w *pass) device(d *deviceState) time.Time {
+	p := w.p
+	if d.notBefore.After(w.now) {
+		return d.notBefore
+	}
+
+	prov := p.o.Providers[d.t.Provider]
+	live, taken := p.o.Presence.state(w.uid, d.t.DeviceID, p.o.Grace)
+	var (
+		end     = d.cursor // the prefix of events dealt with ends here
+		latest  = map[string]int{}
+		order   []string // conversations in order of first notification
+		badged  = -1     // index of the last read event, for a badge-only push
+		waitFor time.Time
+		oldest  int64 = math.MaxInt64
+	)
+	for i := range w.evs {
+		e := &w.evs[i]
+		if e.Cursor <= d.cursor {
+			continue
+		}
+		if prov != nil && e.Cursor > taken {
+			switch {
+			case w.notifies(e):
+				if live {
+					if due := time.UnixMilli(e.TS).Add(p.o.Grace); due.After(w.now) {
+						waitFor = due // the device may yet take it live
+						break
+					}
+				}
+				if _, ok := latest[e.ConvID]; !ok {
+					order = append(order, e.ConvID)
+				}
+				latest[e.ConvID] = i
+				oldest = min(oldest, e.TS)
+			case e.Type == "read" && !live && d.t.Provider != WebPush:
+				badged = i
+			}
+			if !waitFor.IsZero() {
+				break
+			}
+		}
+		end = e.Cursor
+	}
+	if len(order) > 0 && w.now.Sub(d.lastPush) < p.o.CollapseWindow {
+		return d.lastPush.Add(p.o.CollapseWindow) // let the burst gather: one notification per conversation
+	}
+	var ns []Notification
+	collapsed := 0
+	for _, conv := range order {
+		ns = append(ns, w.notification(d, &w.evs[latest[conv]]))
+	}
+	for i := range w.evs {
+		if e := &w.evs[i]; e.Cursor > d.cursor && e.Cursor <= end && w.notifies(e) && e.Cursor > taken && latest[e.ConvID] != i {
+			collapsed++
+		}
+	}
+	if len(ns) == 0 && badged >= 0 {
+		ns = append(ns, w.badgeOnly(d, &w.evs[badged]))
+	}
+	retryAt, removed := w.send(d, prov, ns, oldest)
+	if removed {
+		return time.Time{}
+	}
+	if !retryAt.IsZero() {
+		return retryAt
+	}
+	if collapsed > 0 {
+		p.o.Obs.PushCollapsed(collapsed)
+	}
+	if len(ns) > 0 {
+		d.lastPush = w.now
+	}
+	p.advance(w.uid, d.t.DeviceID, end, d.lastPush)
+	if !waitFor.IsZero() {
+		return waitFor
+	}
+	return time.Time{}
+}
+
+// notifies reports whether e deserves a notification: a message from someone else, not
+// recalled, in a conversation the user has not muted.
+func (w *pass) notifies(e *store.Event) bool {
+	return e.Type == store.EventMessage && e.Message != nil && e.Message.SenderID != w.uid &&
+		!e.Message.Recalled && !w.muted[e.ConvID]
+}
+
+// send sends ns in turn. It returns, when one must be tried again, the time to, and
+// whether the target was removed as dead.
+func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed bool) {
+	p := w.p
+	for _, n := range ns {
+		res := prov.Send(w.ctx, Target{UserID: w.uid, DeviceID: d.t.DeviceID, Provider: d.t.Provider, Token: d.t.Token,
+			Topic: d.t.Topic, Locale: d.t.Locale, RegisteredAt: time.UnixMilli(d.t.RegisteredAt)}, n)
+		switch res.Outcome {
+		case Delivered:
+			p.o.Obs.PushSent(d.t.Provider, p.o.Now().Sub(time.UnixMilli(n.eventTS)))
+		case Retry:
+			if w.ctx.Err() != nil {
+				return w.now.Add(p.o.MinBackoff), false
+			}
+			if oldest != math.MaxInt64 && w.now.Sub(time.UnixMilli(oldest)) >= p.o.GiveUpAfter {
+				p.o.Obs.PushGaveUp(d.t.Provider)
+				p.o.Log.Warn("push: gave up", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
+				continue
+			}
+			p.o.Obs.PushRetried(d.t.Provider)
+			d.attempt++
+			wait := backoff(d.attempt, p.o.MinBackoff, p.o.MaxBackoff)
+			wait = max(wait, res.RetryAfter)
+			p.setNotBefore(w.uid, d.t.DeviceID, d.attempt, w.now.Add(wait))
+			return w.now.Add(wait), false
+		case Unregistered:
+			if !res.DeadSince.IsZero() && res.DeadSince.Before(time.UnixMilli(d.t.RegisteredAt)) {
+				// Registered again after APNs saw it die: the token lives; drop this one.
+				p.o.Obs.PushFailed(d.t.Provider, res.Reason)
+				continue
+			}
+			w.remove(d, res)
+			return time.Time{}, true
+		default:
+			p.o.Obs.PushFailed(d.t.Provider, res.Reason)
+			p.o.Log.Warn("push: rejected", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
+		}
+	}
+	if d.attempt > 0 {
+		p.setNotBefore(w.uid, d.t.DeviceID, 0, time.Time{})
+	}
+	return time.Time{}, false
+}
+
+// remove deletes a dead token's target, unless the device registered another since.
+func (w *pass) remove(d *deviceState, res Result) {
+	p := w.p
+	err := p.o.Store.Update(w.ctx, func(tx store.Tx) error {
+		t, err := tx.PushTarget(w.ctx, w.uid, d.t.DeviceID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || t.Token != d.t.Token {
+			return err
+		}
+		return tx.DeletePushTarget(w.ctx, w.uid, d.t.DeviceID)
+	})
+	if err != nil {
+		p.o.Log.Error("push: remove a dead token", "user", w.uid, "device", d.t.DeviceID, "err", err)
+		return
+	}
+	if err := p.Reload(w.ctx, w.uid); err != nil {
+		p.o.Log.Error("push: reload targets", "user", w.uid, "err", err)
+	}
+	p.o.Obs.PushTokenRemoved(d.t.Provider, res.Reason)
+	p.o.Log.Info("push: removed a dead token", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
+}
+
+// notification builds the push of message event e for device d.
+func (w *pass) notification(d *deviceState, e *store.Event) Notification {
+	m := e.Message
+	n := Notification{
+		ID: notificationID(w.uid, d.t.DeviceID, e.Cursor), CollapseID: collapseID(e.ConvID),
+		ConvID: e.ConvID, Seq: m.Seq, Cursor: e.Cursor, SenderID: m.SenderID,
+		SenderName: w.name(m.SenderID), Badge: w.userBadge(),
+		Expiration: time.UnixMilli(e.TS).Add(w.p.o.GiveUpAfter), eventTS: e.TS,
+	}
+	if w.p.o.Preview > 0 {
+		n.Preview = preview(m.Content, w.p.o.Preview)
+	}
+	return n
+}
+
+// badgeOnly builds the silent badge update for read event e.
+func (w *pass) badgeOnly(d *deviceState, e *store.Event) Notification {
+	return Notification{ID: notificationID(w.uid, d.t.DeviceID, e.Cursor), CollapseID: "badge", Cursor: e.Cursor,
+		Badge: w.userBadge(), BadgeOnly: true, Expiration: time.UnixMilli(e.TS).Add(w.p.o.GiveUpAfter), eventTS: e.TS}
+}
+
+func (w *pass) name(uid string) string {
+	if n, ok := w.names[uid]; ok {
+		return n
+	}
+	n, err := w.p.o.Facts.Name(w.ctx, uid)
+	if err != nil || n == "" {
+		n = uid
+	}
+	w.names[uid] = n
+	return n
+}
+
+func (w *pass) userBadge() int {
+	if w.badge < 0 {
+		b, err := w.p.o.Facts.Badge(w.ctx, w.uid)
+		if err != nil {
+			w.p.o.Log.Warn("push: badge", "user", w.uid, "err", err)
+			b = 0
+		}
+		w.badge = b
+	}
+	return w.badge
+}
+
+// advance records that the device dealt with every event up to cursor, for the next flush.
+func (p *Pusher) advance(uid, device string, cursor int64, lastPush time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.users[uid]
+	if u == nil {
+		return
+	}
+	d := u.devices[device]
+	if d == nil {
+		return
+	}
+	d.lastPush = lastPush
+	if cursor > d.cursor {
+		d.cursor = cursor
+		k := deviceKey{uid, device}
+		p.dirty[k] = max(p.dirty[k], cursor)
+	}
+}
+
+func (p *Pusher) setNotBefore(uid, device string, attempt int, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u := p.users[uid]; u != nil {
+		if d := u.devices[device]; d != nil {
+			d.attempt, d.notBefore = attempt, t
+		}
+	}
+}
+
+// flush writes the advanced cursors in one transaction; on failure they wait for the next.
+func (p *Pusher) flush(ctx context.Context) {
+	p.mu.Lock()
+	if len(p.dirty) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	dirty := p.dirty
+	p.dirty = make(map[deviceKey]int64)
+	p.mu.Unlock()
+	keys := make([]deviceKey, 0, len(dirty))
+	for k := range dirty {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b deviceKey) int { // one order for every flush: rows locked in it
+		if a.user != b.user {
+			return cmpString(a.user, b.user)
+		}
+		return cmpString(a.device, b.device)
+	})
+	err := p.o.Store.Update(ctx, func(tx store.Tx) error {
+		for _, k := range keys {
+			if err := tx.AdvancePushCursor(ctx, k.user, k.device, dirty[k]); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		p.o.Log.Error("push: write cursors", "devices", len(keys), "err", err)
+		p.mu.Lock()
+		for k, c := range dirty {
+			p.dirty[k] = max(p.dirty[k], c)
+		}
+		p.mu.Unlock()
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// backoff is the wait before attempt n (1, 2, …): doubling from min up to max, with full
+// jitter in its upper half so that devices failing together do not retry together.
+func backoff(n int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d/2 + rand.N(d/2+1)
+}
+
+// notificationID is the UUID of the push of event cursor to device: the same on every
+// attempt and on every node, so a repeat after a crash is recognisable.
+func notificationID(uid, device string, cursor int64) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", uid, device, cursor))
+	h[6] = h[6]&0x0f | 0x50 // version 5 (name-based)
+	h[8] = h[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// collapseID is the conversation's collapse key: 22 characters of base64url, within every
+// provider's limit (Web Push's Topic takes 32) and the same on every node.
+func collapseID(convID string) string {
+	h := sha256.Sum256([]byte(convID))
+	return base64.RawURLEncoding.EncodeToString(h[:16])
+}
+
+// preview returns the start of a text message (content {"text": "…"}), at most n
+// characters, or "" for any other content.
+func preview(content []byte, n int) string {
+	var c struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(content, &c) != nil || c.Text == "" {
+		return ""
+	}
+	if utf8.RuneCountInString(c.Text) <= n {
+		return c.Text
+	}
+	r := []rune(c.Text)
+	return string(r[:n]) + "…"
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Validator is implemented by a provider that can tell a token it will never accept
+// (a Web Push endpoint on a private address) at registration time.
+type Validator interface {
+	Validate(token string) error
+}
+
+// Check reports why a device's registration with provider could not be pushed to, or nil.
+func (p *Pusher) Check(provider, token string) error {
+	prov := p.o.Providers[provider]
+	if prov == nil {
+		return fmt.Errorf("provider %s is not configured on this server", provider)
+	}
+	if v, ok := prov.(Validator); ok {
+		return v.Validate(token)
+	}
+	return nil
+}
+
+// VAPIDPublicKey returns the Web Push application server key, "" when Web Push is off.
+func (p *Pusher) VAPIDPublicKey() string { return p.o.VAPIDPublicKey }
+
+// Test sends a test notification to each of the user's devices now, bypassing cursors,
+// presence and backoff, and returns each provider's answer: `parley push test`.
+func (p *Pusher) Test(ctx context.Context, userID string) ([]protocol.PushTestResult, error) {
+	var ts []store.PushTarget
+	err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
+		var err error
+		ts, err = tx.PushTargets(ctx, userID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	badge, err := p.o.Facts.Badge(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	var out []protocol.PushTestResult
+	now := p.o.Now()
+	for _, t := range ts {
+		r := protocol.PushTestResult{DeviceID: t.DeviceID, Provider: t.Provider, Outcome: "unconfigured"}
+		if prov := p.o.Providers[t.Provider]; prov != nil {
+			n := Notification{ID: notificationID(userID, t.DeviceID, -now.UnixNano()), CollapseID: "test",
+				SenderName: "Parley", Preview: "Test notification", Badge: badge, Expiration: now.Add(time.Hour)}
+			res := prov.Send(ctx, Target{UserID: userID, DeviceID: t.DeviceID, Provider: t.Provider, Token: t.Token,
+				Topic: t.Topic, Locale: t.Locale, RegisteredAt: time.UnixMilli(t.RegisteredAt)}, n)
+			r.Outcome, r.Status, r.Reason = res.Outcome.String(), res.Status, res.Reason
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
