@@ -73,23 +73,29 @@ func wantTarget(t *testing.T, s store.Store, what string, want store.PushTarget)
 }
 
 // readTargets reads the user's targets in a View.
-func readTargets(t *testing.T, s store.Store, user string) (ps []store.PushTarget) {
+func readTargets(t *testing.T, s store.Store, user string) []store.PushTarget {
 	t.Helper()
-	view(t, s, func(ctx context.Context, tx store.ReadTx) (err error) {
-		ps, err = tx.PushTargets(ctx, user)
-		return err
+	return readRows(t, s, func(ctx context.Context, tx store.ReadTx) ([]store.PushTarget, error) {
+		return tx.PushTargets(ctx, user)
 	})
-	return ps
 }
 
 // readMutes reads the user's mutes in a View.
-func readMutes(t *testing.T, s store.Store, user string) (ms []store.Mute) {
+func readMutes(t *testing.T, s store.Store, user string) []store.Mute {
+	t.Helper()
+	return readRows(t, s, func(ctx context.Context, tx store.ReadTx) ([]store.Mute, error) {
+		return tx.Mutes(ctx, user)
+	})
+}
+
+// readRows returns what read reads in a View.
+func readRows[T any](t *testing.T, s store.Store, read func(ctx context.Context, tx store.ReadTx) ([]T, error)) (rows []T) {
 	t.Helper()
 	view(t, s, func(ctx context.Context, tx store.ReadTx) (err error) {
-		ms, err = tx.Mutes(ctx, user)
+		rows, err = read(ctx, tx)
 		return err
 	})
-	return ms
+	return rows
 }
 
 // sameRows reports whether got and want hold the same rows, nil and empty alike.
