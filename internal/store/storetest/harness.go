@@ -73,5 +73,6 @@ func harnessTests() []struct {
 		{"GroupCommit/CloseDrainsQueuedUpdates", testCloseDrainsQueuedUpdates},
 		{"Concurrency/EventsOneUser", testConcurrentEventsOneUser},
 		{"Concurrency/MessagesOneConversation", testConcurrentMessagesOneConversation},
+		{"Push/ReopenKeeps", testPushReopenKeeps},
 	}
 }

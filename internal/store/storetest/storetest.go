@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"View/SeesReturnedUpdate", testViewSeesReturnedUpdate},
 		{"Close", testClose},
 	}
+	tests = append(tests, pushTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
