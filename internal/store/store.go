@@ -345,7 +345,7 @@ type PushTarget struct {
 type Mute struct {
 	UserID string
 	ConvID string
-	Until  int64 // Unix ms; math.MaxInt64 for ever
+	Until  int64 // Unix ms; a mute for ever has a far future (chat uses protocol.MuteForever)
 }
 
 // PushReader reads push targets and mutes.
