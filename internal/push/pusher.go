@@ -123,6 +123,8 @@ type Pusher struct {
 	readyC  chan struct{} // signalled when ready grows
 	dirty   map[deviceKey]int64
 	running bool
+
+	breakers map[string]*breaker // by provider
 }
 
 // userState is the pusher's memory of one user with targets.
@@ -148,7 +150,12 @@ type deviceState struct {
 // New returns a pusher; Run starts it.
 func New(o Options) *Pusher {
 	o.defaults()
-	return &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64)}
+	p := &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64),
+		breakers: make(map[string]*breaker)}
+	for name := range o.Providers {
+		p.breakers[name] = &breaker{}
+	}
+	return p
 }
 
 // Run loads every target, works until ctx ends, then writes the cursors it advanced. On a
@@ -204,6 +211,9 @@ func (p *Pusher) run(ctx context.Context) error {
 			}
 		}
 		p.mu.Unlock()
+		for _, b := range p.breakers {
+			b.stop()
+		}
 	}()
 	if err := p.sweep(ctx); err != nil {
 		return err
@@ -568,8 +578,8 @@ func (w *pass) device(d *deviceState) time.Time {
 	if len(ns) == 0 && badged >= 0 {
 		ns = append(ns, w.badgeOnly(d, &w.evs[badged]))
 	}
-	retryAt, removed := w.send(d, prov, ns, oldest)
-	if removed {
+	retryAt, removed, parked := w.send(d, prov, ns, oldest)
+	if removed || parked {
 		return time.Time{}
 	}
 	if !retryAt.IsZero() {
@@ -595,19 +605,29 @@ func (w *pass) notifies(e *store.Event) bool {
 		!e.Message.Recalled && !w.muted[e.ConvID]
 }
 
-// send sends ns in turn. It returns, when one must be tried again, the time to, and
-// whether the target was removed as dead.
-func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed bool) {
+// send sends ns in turn. It returns, when one must be tried again, the time to; whether
+// the target was removed as dead; and whether the device is parked until its provider,
+// which is down, answers again (breaker).
+func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed, parked bool) {
 	p := w.p
+	br := p.breakers[d.t.Provider]
 	for _, n := range ns {
+		if !br.admit(w.uid, w.now) {
+			return time.Time{}, false, true
+		}
 		res := prov.Send(w.ctx, Target{UserID: w.uid, DeviceID: d.t.DeviceID, Provider: d.t.Provider, Token: d.t.Token,
 			Topic: d.t.Topic, Locale: d.t.Locale, RegisteredAt: time.UnixMilli(d.t.RegisteredAt)}, n)
+		if res.Outcome != Retry {
+			for _, u := range br.answered() {
+				p.wake(u)
+			}
+		}
 		switch res.Outcome {
 		case Delivered:
 			p.o.Obs.PushSent(d.t.Provider, p.o.Now().Sub(time.UnixMilli(n.eventTS)))
 		case Retry:
 			if w.ctx.Err() != nil {
-				return w.now.Add(p.o.MinBackoff), false
+				return w.now.Add(p.o.MinBackoff), false, false
 			}
 			if oldest != math.MaxInt64 && w.now.Sub(time.UnixMilli(oldest)) >= p.o.GiveUpAfter {
 				p.o.Obs.PushGaveUp(d.t.Provider)
@@ -615,11 +635,14 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 				continue
 			}
 			p.o.Obs.PushRetried(d.t.Provider)
+			if br.failed(w.uid, w.now, p.wake) {
+				return time.Time{}, false, true // the provider is down: wait for it, not for a backoff
+			}
 			d.attempt++
 			wait := backoff(d.attempt, p.o.MinBackoff, p.o.MaxBackoff)
 			wait = max(wait, res.RetryAfter)
 			p.setNotBefore(w.uid, d.t.DeviceID, d.attempt, w.now.Add(wait))
-			return w.now.Add(wait), false
+			return w.now.Add(wait), false, false
 		case Unregistered:
 			if !res.DeadSince.IsZero() && res.DeadSince.Before(time.UnixMilli(d.t.RegisteredAt)) {
 				// Registered again after APNs saw it die: the token lives; drop this one.
@@ -627,7 +650,7 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 				continue
 			}
 			w.remove(d, res)
-			return time.Time{}, true
+			return time.Time{}, true, false
 		default:
 			p.o.Obs.PushFailed(d.t.Provider, res.Reason)
 			p.o.Log.Warn("push: rejected", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
@@ -636,7 +659,21 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 	if d.attempt > 0 {
 		p.setNotBefore(w.uid, d.t.DeviceID, 0, time.Time{})
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
+}
+
+// wake queues uid's work now, clearing its devices' backoff: their provider is back.
+func (p *Pusher) wake(uid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.users[uid]
+	if u == nil {
+		return
+	}
+	for _, d := range u.devices {
+		d.attempt, d.notBefore = 0, time.Time{}
+	}
+	p.enqueueLocked(u)
 }
 
 // remove deletes a dead token's target, unless the device registered another since.
