@@ -12,7 +12,10 @@ import (
 // version i+1 (the one row of parley_schema). Steps are append-only: a released step is
 // never edited, a change is a new step.
 func migrations() [][]string {
-	return [][]string{schemaV1()}
+	return [][]string{schemaV1(), {
+		// v2: the users a message mentions, a JSON array of user ids as text; NULL when none.
+		`ALTER TABLE messages ADD COLUMN mentions text`,
+	}}
 }
 
 // schemaV1 is the initial schema.

@@ -23,6 +23,9 @@ func migrations() [][]string {
 		// v4: members by standing, so that a page of a large group's members
 		// (store.MemberReader.MembersAfter) and its last ordinal read only what they return.
 		`CREATE INDEX members_by_ordinal ON members (conv_id, ordinal)`,
+	}, {
+		// v5: the users a message mentions, a JSON array of user ids; NULL when none.
+		`ALTER TABLE messages ADD COLUMN mentions TEXT`,
 	}}
 }
 
