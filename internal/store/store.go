@@ -251,6 +251,11 @@ type Message struct {
 	Extra       []byte
 	CreatedAt   int64 // Unix ms
 	Recalled    bool
+	// Mentions are the user ids the sender mentioned, stored as given (nil when none) and
+	// kept by a recall. In a read-fanout conversation each mentioned member but the sender
+	// gets the message as an event in their log (see Appended); anyone else named is only
+	// stored.
+	Mentions []string
 }
 
 // MessageRange selects messages of one conversation with Floor < seq, ascending.
