@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -123,6 +124,25 @@ func TestPushRegistrations(t *testing.T) {
 		r := n.fail(t, 400, "PUT", "/v1/push/device", bob, c.body)
 		if !strings.Contains(string(r.raw), c.want) {
 			t.Errorf("%v: %s, want %q", c.body, r.raw, c.want)
+		}
+	}
+	// A Web Push endpoint must be a public https push service, not a host of the
+	// server's network (the server would call it).
+	var sub map[string]any
+	if err := json.Unmarshal([]byte(pushtest.NewWebPush(t).NewSubscription()), &sub); err != nil {
+		t.Fatal(err)
+	}
+	for ep, want := range map[string]string{
+		sub["endpoint"].(string):   "must be an https URL",
+		"https://127.0.0.1:9/push": "loopback",
+		"https://10.1.2.3/push":    "private",
+		"https://[fd00::1]/push":   "unique local",
+		"https://169.254.169.254/": "link-local",
+	} {
+		sub["endpoint"] = ep
+		r := n.fail(t, 400, "PUT", "/v1/push/device", bob, map[string]any{"provider": "webpush", "subscription": sub})
+		if !strings.Contains(string(r.raw), want) {
+			t.Errorf("endpoint %s: %s, want %q", ep, r.raw, want)
 		}
 	}
 	n.ok(t, "DELETE", "/v1/push/devices/tablet", bob, nil)
