@@ -125,6 +125,38 @@ type Pusher struct {
 	running bool
 
 	breakers map[string]*breaker // by provider
+
+	names nameCache // senders' display names
+}
+
+// nameCache keeps senders' display names for a minute: a burst to 10,000 devices from one
+// sender reads the name once, and a renamed user shows the new name within a minute.
+type nameCache struct {
+	mu sync.Mutex
+	m  map[string]cachedName
+}
+
+type cachedName struct {
+	name string
+	at   time.Time
+}
+
+const nameTTL = time.Minute
+
+func (c *nameCache) get(uid string, now time.Time) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.m[uid]
+	return n.name, ok && now.Sub(n.at) < nameTTL
+}
+
+func (c *nameCache) put(uid, name string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= 10000 {
+		c.m = make(map[string]cachedName) // bounded: start again rather than track age
+	}
+	c.m[uid] = cachedName{name, now}
 }
 
 // userState is the pusher's memory of one user with targets.
@@ -462,8 +494,10 @@ func (p *Pusher) work(ctx context.Context) {
 	}
 }
 
-// batch is how many events of a user's log one pass reads.
-const batch = 256
+// batch is how many events of a user's log one pass reads: a device offline for days
+// takes several passes, each as cheap as the common one-event pass (stores allocate room
+// for the whole limit).
+const batch = 64
 
 // process works on one user's devices: reads the log from the least cursor, decides and
 // sends each device's notifications, and records how far each got. It returns whether
@@ -488,7 +522,7 @@ func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState)
 		return false, time.Time{}, err
 	}
 	more = len(evs) == batch
-	w := &pass{p: p, ctx: ctx, uid: uid, evs: evs, now: p.o.Now(), names: map[string]string{}, badge: -1}
+	w := &pass{p: p, ctx: ctx, uid: uid, evs: evs, now: p.o.Now(), badge: -1}
 	w.muted = make(map[string]bool)
 	nowMS := w.now.UnixMilli()
 	for _, m := range mutes {
@@ -512,7 +546,6 @@ type pass struct {
 	evs   []store.Event
 	now   time.Time
 	muted map[string]bool
-	names map[string]string
 	badge int // -1 until read
 }
 
@@ -722,14 +755,14 @@ func (w *pass) badgeOnly(d *deviceState, e *store.Event) Notification {
 }
 
 func (w *pass) name(uid string) string {
-	if n, ok := w.names[uid]; ok {
+	if n, ok := w.p.names.get(uid, w.now); ok {
 		return n
 	}
 	n, err := w.p.o.Facts.Name(w.ctx, uid)
 	if err != nil || n == "" {
 		n = uid
 	}
-	w.names[uid] = n
+	w.p.names.put(uid, n, w.now)
 	return n
 }
 
