@@ -23,6 +23,24 @@ const (
 // 1-64 characters of [A-Za-z0-9_.@-].
 func ValidUserID(s string) bool { return validChars(s, MaxIDLen, true) }
 
+// UserIDSet returns ids without repeats, in the order of first mention, reusing ids'
+// array; bad is the index of the first id that is not a valid user_id (-1 when all are),
+// and set is then nil.
+func UserIDSet(ids []string) (set []string, bad int) {
+	seen := make(map[string]bool, len(ids))
+	set = ids[:0]
+	for i, id := range ids {
+		if !ValidUserID(id) {
+			return nil, i
+		}
+		if !seen[id] {
+			seen[id] = true
+			set = append(set, id)
+		}
+	}
+	return set, -1
+}
+
 // ValidDeviceID reports whether s is a well-formed device_id.
 func ValidDeviceID(s string) bool { return validChars(s, MaxIDLen, true) }
 
@@ -63,4 +81,7 @@ const (
 	// a new group; add and remove of a members change): a longer list is refused as soon as
 	// its entry past the limit is read, so that the server's work never grows with it.
 	MaxRequestListLen = 1000
+	// MaxMentions is the most user ids a send's mentions may name (SendRequest's maxlen tag,
+	// which the server's list rule reads, says the same).
+	MaxMentions = 50
 )

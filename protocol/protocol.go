@@ -48,6 +48,7 @@ type Message struct {
 	Extra       map[string]string `json:"extra"`
 	CreatedAt   int64             `json:"created_at"`
 	Recalled    bool              `json:"recalled"`
+	Mentions    []string          `json:"mentions,omitempty"` // as sent, repeats removed; absent when none
 }
 
 // MessageAck answers a send. Duplicate is true when the (sender, client_msg_id) pair was

@@ -42,6 +42,10 @@ type SendRequest struct {
 	ContentType int               `json:"content_type"`
 	Content     json.RawMessage   `json:"content"`
 	Extra       map[string]string `json:"extra,omitempty"`
+	// Mentions are the user ids the message mentions: at most MaxMentions, repeats removed.
+	// In a read-fanout conversation each mentioned member gets the message in their log
+	// (section 10); naming a non-member or oneself is stored and does nothing else.
+	Mentions []string `json:"mentions,omitempty" maxlen:"50"`
 }
 
 // PositionRequest is the body of the read and delivered calls. Seq is a pointer so that a

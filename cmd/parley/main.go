@@ -42,6 +42,7 @@ commands:
   user add <id> [--name]  create a user in the data directory
   token <user> <device>   mint a device token from the data directory
   bench <scenario>        load-test a server and verify deliveries (parley bench --help)
+  push test <user>        send a test notification to each of a user's devices, print the answers
   version                 print the version
 `
 
@@ -61,6 +62,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return tokenCmd(ctx, rest, getenv, stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, rest, getenv, stdout, stderr)
+	case "push":
+		return pushCmd(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "parley", version)
 		return nil

@@ -1,9 +1,19 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/parleychat/parley/internal/server"
+	"github.com/parleychat/parley/protocol"
 )
 
 // pushFlags registers serve's offline push flags (docs/protocol.md section 13).
@@ -19,4 +29,69 @@ func pushFlags(fs *flag.FlagSet, p *server.PushConfig) {
 	fs.BoolVar(&p.AllowPrivate, "push-allow-private", false, "accept Web Push endpoints on loopback and private addresses, and plain http (tests and staging only)")
 	fs.StringVar(&p.Content, "push-content", p.Content, "what a notification says of the message: none (conversation, sender, unread count; the app fetches the message) or preview (adds the start of the text)")
 	fs.DurationVar(&p.Grace, "push-grace", p.Grace, "how long a connected device has to take an event before it is pushed anyway")
+}
+
+// pushCmd is `parley push test <user> [--server URL] [--admin-secret S]`: it asks the
+// running server to send a test notification to each of the user's registered devices
+// and prints what each provider answered. It goes through the server, which holds the
+// providers' credentials and connections, rather than opening the data directory.
+func pushCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const use = "usage: parley push test <user_id> [--server http://127.0.0.1:8080] [--admin-secret S]"
+	if len(args) == 0 || args[0] != "test" {
+		return errors.New(use)
+	}
+	fs := newFlagSet("push test", stderr)
+	base := fs.String("server", "http://127.0.0.1:8080", "the running server's base URL")
+	secret := fs.String("admin-secret", "", "the server's admin secret")
+	if err := parseFlags(fs, reorder(args[1:]), getenv); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *secret == "" {
+		return errors.New(use + " (the admin secret may also come from PARLEY_ADMIN_SECRET)")
+	}
+	user := fs.Arg(0)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		strings.TrimSuffix(*base, "/")+"/v1/admin/users/"+url.PathEscape(user)+"/push-test", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+*secret)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var out protocol.PushTestResults
+	if err := json.Unmarshal(body, &out); err != nil {
+		return fmt.Errorf("unexpected answer: %w", err)
+	}
+	if len(out.Results) == 0 {
+		fmt.Fprintf(stdout, "%s has no device registered for push\n", user)
+		return nil
+	}
+	failed := 0
+	for _, r := range out.Results {
+		fmt.Fprintf(stdout, "%-20s %-8s %-13s", r.DeviceID, r.Provider, r.Outcome)
+		if r.Status != 0 {
+			fmt.Fprintf(stdout, " %d", r.Status)
+		}
+		if r.Reason != "" {
+			fmt.Fprintf(stdout, " %s", r.Reason)
+		}
+		fmt.Fprintln(stdout)
+		if r.Outcome != "delivered" {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d devices not delivered", failed, len(out.Results))
+	}
+	return nil
 }

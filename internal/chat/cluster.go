@@ -89,7 +89,7 @@ const (
 	kindEvent     = "v" // user: the event at Cursor, a message: Type, Conv, TS and Data its hub.Body
 	kindEphemeral = "e" // user: a frame in no log (Type, Conv, Data)
 	kindDevice    = "d" // user: Device connected at Since
-	kindMessage   = "m" // conv: a read-fanout message Seq by User, its push frame in Data
+	kindMessage   = "m" // conv: a read-fanout message Seq by User, its push frame in Data, not pushed to Users (in their logs)
 	kindPositions = "p" // conv: User's positions are at least Read, Delivered
 	kindMembers   = "j" // conv: members joined or left
 	kindRecall    = "r" // conv: a message was recalled
@@ -112,6 +112,7 @@ type busMsg struct {
 	Type      string          `json:"t,omitempty"`
 	Conv      string          `json:"cv,omitempty"`
 	Data      json.RawMessage `json:"d,omitempty"`
+	Users     []string        `json:"us,omitempty"`
 }
 
 // busObserver is what an Observer may also implement to count the bus's refusals.
@@ -285,8 +286,8 @@ func (c *cluster) deviceConnected(me Identity, since int64) {
 }
 
 // message hands the other nodes' rooms a committed message of a read-fanout conversation.
-func (c *cluster) message(convID string, seq int64, senderID string, ts int64, frame []byte) {
-	c.publish(bus.ConvSubject(convID), busMsg{Kind: kindMessage, Seq: seq, User: senderID, TS: ts, Data: frame})
+func (c *cluster) message(convID string, seq int64, senderID string, ts int64, frame []byte, inLog []string) {
+	c.publish(bus.ConvSubject(convID), busMsg{Kind: kindMessage, Seq: seq, User: senderID, TS: ts, Data: frame, Users: inLog})
 }
 
 // positions tells the other nodes that userID's positions in convID moved.
@@ -336,7 +337,7 @@ func (c *cluster) onConv(convID string, data []byte) {
 		// Only a room with followers here takes it: a room made by it would keep the node
 		// subscribed, for nobody, as long as messages come.
 		if c.s.hub.Followed(convID) {
-			c.s.hub.Message(convID, m.Seq, m.User, &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: m.TS, Data: m.Data})
+			c.s.hub.Message(convID, m.Seq, m.User, &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: m.TS, Data: m.Data, Skip: m.Users})
 		}
 		c.s.hub.NotifyConversation(convID)
 	case kindPositions:

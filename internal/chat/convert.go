@@ -14,6 +14,7 @@ func wireMessage(m store.Message) protocol.Message {
 	w := protocol.Message{
 		ConvID: m.ConvID, Seq: m.Seq, MsgID: m.MsgID, ClientMsgID: m.ClientMsgID,
 		SenderID: m.SenderID, ContentType: m.ContentType, CreatedAt: m.CreatedAt, Recalled: m.Recalled,
+		Mentions: m.Mentions,
 	}
 	if len(m.Content) > 0 {
 		w.Content = json.RawMessage(m.Content)
@@ -41,7 +42,7 @@ func wireEvents(es []store.Event) []protocol.SyncEvent {
 	for i := range es {
 		if m := es[i].Message; m != nil && es[i].Type == protocol.EventMessage {
 			size += messageJSONOverhead + len(m.ConvID) + len(m.MsgID) + len(m.ClientMsgID) +
-				len(m.SenderID) + len(m.Content) + len(m.Extra)
+				len(m.SenderID) + len(m.Content) + len(m.Extra) + mentionsJSONLen(m.Mentions)
 		}
 	}
 	buf := make([]byte, 0, size)
@@ -69,6 +70,18 @@ func wireEvents(es []store.Event) []protocol.SyncEvent {
 		out[i] = w
 	}
 	return out
+}
+
+// mentionsJSONLen is about what appendMessageJSON writes for mentions.
+func mentionsJSONLen(mentions []string) int {
+	if len(mentions) == 0 {
+		return 0
+	}
+	n := len(`,"mentions":[]`)
+	for _, u := range mentions {
+		n += len(u) + 3 // quotes and comma
+	}
+	return n
 }
 
 // messageJSONOverhead is about what appendMessageJSON adds to a message's variable fields:

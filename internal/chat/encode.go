@@ -39,6 +39,16 @@ func appendMessageJSON(dst []byte, m *store.Message) (out []byte, ok bool) {
 	dst = strconv.AppendInt(dst, m.CreatedAt, 10)
 	dst = append(dst, `,"recalled":`...)
 	dst = strconv.AppendBool(dst, m.Recalled)
+	if len(m.Mentions) > 0 { // omitted when empty, as the field's omitempty does
+		dst = append(dst, `,"mentions":[`...)
+		for i, u := range m.Mentions {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = protocol.AppendString(dst, u)
+		}
+		dst = append(dst, ']')
+	}
 	dst = append(dst, '}')
 	if contentOK && extraOK {
 		return dst, true

@@ -41,6 +41,12 @@ func TestAppendMessageJSONMatchesReflection(t *testing.T) {
 		{"extra with invalid utf-8", func(m *store.Message) { m.Extra = encodeExtra(map[string]string{"k\xff": "v\xfe"}) }},
 		{"client id to escape", func(m *store.Message) { m.ClientMsgID = "a\"b<c>\\\x01é" }},
 		{"negative and zero numbers", func(m *store.Message) { m.Seq, m.ContentType, m.CreatedAt = 0, -3, -1 }},
+		{"mentions", func(m *store.Message) { m.Mentions = []string{"bob", "a.b@c-d_e"} }},
+		{"mentions to escape", func(m *store.Message) { m.Mentions = []string{"<b>", "\u2028", `q"`} }},
+		{"empty mentions", func(m *store.Message) { m.Mentions = []string{} }},
+		{"mentions with extra to escape", func(m *store.Message) {
+			m.Mentions, m.Extra = []string{"bob"}, encodeExtra(map[string]string{"k": "<a&b>"})
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

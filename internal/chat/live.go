@@ -62,16 +62,18 @@ func (s *Service) ReadFanoutState(ctx context.Context, me Identity, mark int64) 
 
 // publishLive hands a committed message of a read-fanout conversation to the hub: pushed in
 // full, encoded once, to the connections that have the conversation open here, noticed to
-// the other members online, and a wake-up to the long-polls of its members.
-func (s *Service) publishLive(m *store.Message, payload []byte) {
+// the other members online, and a wake-up to the long-polls of its members. The users in
+// inLog (the mentioned members) got the message as an event of their log, published
+// before: their connections get that, not the push as well.
+func (s *Service) publishLive(m *store.Message, payload []byte, inLog []string) {
 	frame := make([]byte, 0, len(payload)+32)
 	frame = append(frame, `{"op":"message","message":`...)
 	frame = append(frame, payload...)
 	frame = append(frame, '}')
-	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: frame})
+	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: frame, Skip: inLog})
 	s.hub.NotifyConversation(m.ConvID)
 	if s.cluster != nil {
-		s.cluster.message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, frame)
+		s.cluster.message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, frame, inLog)
 	}
 }
 

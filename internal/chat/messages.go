@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/parleychat/parley/internal/hub"
@@ -40,13 +41,14 @@ func (s *Service) Send(ctx context.Context, me Identity, req protocol.SendReques
 // here, on the caller's goroutine, so that the store's writer only applies.
 func (s *Service) StartSend(ctx context.Context, me Identity, req protocol.SendRequest) (PendingSend, error) {
 	start := s.now()
-	extra, err := validateSend(req)
+	extra, mentions, err := validateSend(req)
 	if err != nil {
 		return PendingSend{}, err
 	}
 	m := store.Message{
 		ConvID: req.ConvID, MsgID: newID("m_"), ClientMsgID: req.ClientMsgID, SenderID: me.UserID,
 		ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: s.nowMS(),
+		Mentions: mentions,
 	}
 	epoch := s.recent.epoch()
 	p, err := s.st.StartAppend(ctx, m)
@@ -81,26 +83,39 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 		return ack, err
 	}
-	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)), &res.Message)
+	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)+mentionsJSONLen(res.Message.Mentions)), &res.Message)
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
 	}
 	m := &res.Message
-	if len(res.Events) == 0 {
-		// Read fanout (a write-fanout message is at least the sender's event): no member's
-		// log has it. It goes live through the conversation's room, and wakes the
-		// long-polls of its members, which read the conversation's new mark.
+	// One event per member in write fanout, one per mentioned member in read fanout.
+	inLog := s.publishMessageEvents(ctx, m, payload, res.Events)
+	if res.ReadFanout {
+		// No log has it but the mentioned members'. It goes live through the
+		// conversation's room (to the others: the mentioned have it from their log), and
+		// wakes the long-polls of its members, which read the conversation's new mark.
 		s.recent.add(res.Message, p.epoch)
-		go s.publishLive(m, payload) // the ack does not wait for the pushes (the room puts them in seq order)
-		s.messageSent(res.Message)   // sending reads it; its sender gets its read counts pushed
-		s.obs.MessageStored(s.now().Sub(p.start), false)
-		return ackOf(res.Message, false), nil
+		go s.publishLive(m, payload, inLog) // the ack does not wait for the pushes (the room puts them in seq order)
+	}
+	// After the events: the sender's read counts are pushed from here on, and its devices
+	// must have the message before any count of it.
+	s.messageSent(res.Message) // sending reads it; its sender gets its read counts pushed
+	s.obs.MessageStored(s.now().Sub(p.start), false)
+	return ackOf(res.Message, false), nil
+}
+
+// publishMessageEvents publishes the "message" events a send appended (events, each user
+// once), with payload, m's encoding, as their data, and returns their users.
+func (s *Service) publishMessageEvents(ctx context.Context, m *store.Message, payload []byte, events []store.Delivery) []string {
+	if len(events) == 0 {
+		return nil
 	}
 	body := &hub.Body{Type: protocol.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: payload} // one for all: encoded once
-	// One event per member, each user once: published as they are, without an outbox.
-	evs := make([]hub.Event, len(res.Events))
-	for i, d := range res.Events {
-		evs[i] = hub.Event{Cursor: d.Cursor, Body: body}
+	// Published as they are, without an outbox.
+	evs := make([]hub.Event, len(events))
+	users := make([]string, len(events))
+	for i, d := range events {
+		evs[i], users[i] = hub.Event{Cursor: d.Cursor, Body: body}, d.UserID
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
 		if s.cluster != nil {
 			s.cluster.event(d.UserID, d.Cursor, body)
@@ -108,11 +123,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		s.notifyPush(d.UserID, d.Cursor)
 	}
 	s.published(ctx, len(evs))
-	// After the events: the sender's read counts are pushed from here on, and its devices
-	// must have the message before any count of it.
-	s.messageSent(res.Message) // sending reads it; its sender gets its read counts pushed
-	s.obs.MessageStored(s.now().Sub(p.start), false)
-	return ackOf(res.Message, false), nil
+	return users
 }
 
 // appendErr turns the error of a message append into Send's (recording the write's outcome
@@ -136,25 +147,36 @@ func duplicateAck(m store.Message, convID, clientMsgID string) (protocol.Message
 	return ackOf(m, true), nil
 }
 
-// validateSend checks a send request and returns its extra encoded for storage.
-func validateSend(req protocol.SendRequest) ([]byte, error) {
+// validateSend checks a send request and returns its extra encoded for storage and its
+// mentions without repeats (nil when none). Mentions of non-members and of the sender are
+// kept: they are stored with the message and do nothing else (store.MentionedUsers).
+func validateSend(req protocol.SendRequest) (extra []byte, mentions []string, err error) {
 	switch {
 	case !protocol.ValidConvID(req.ConvID):
-		return nil, invalid("conv_id is missing or malformed")
+		return nil, nil, invalid("conv_id is missing or malformed")
 	case !protocol.ValidClientMsgID(req.ClientMsgID):
-		return nil, invalid("client_msg_id must be 1-64 characters of [A-Za-z0-9_-]")
+		return nil, nil, invalid("client_msg_id must be 1-64 characters of [A-Za-z0-9_-]")
 	case req.ContentType < 1:
-		return nil, invalid("content_type must be an integer of at least 1")
+		return nil, nil, invalid("content_type must be an integer of at least 1")
 	case len(req.Content) == 0 || string(req.Content) == "null":
-		return nil, invalid("content is required")
+		return nil, nil, invalid("content is required")
 	case !json.Valid(req.Content):
-		return nil, invalid("content is not valid JSON")
+		return nil, nil, invalid("content is not valid JSON")
+	case len(req.Mentions) > protocol.MaxMentions:
+		return nil, nil, invalid("mentions has more than %d entries", protocol.MaxMentions)
 	}
-	extra := encodeExtra(req.Extra)
+	if len(req.Mentions) > 0 {
+		set, bad := protocol.UserIDSet(slices.Clone(req.Mentions)) // the caller's slice stays as it was
+		if bad >= 0 {
+			return nil, nil, invalid("mentions[%d] is not a valid user_id", bad)
+		}
+		mentions = set
+	}
+	extra = encodeExtra(req.Extra)
 	if len(req.Content)+minimalJSONLen(req.Extra) > protocol.MaxContentBytes {
-		return nil, fmt.Errorf("%w: content plus extra exceed %d bytes", ErrTooLarge, protocol.MaxContentBytes)
+		return nil, nil, fmt.Errorf("%w: content plus extra exceed %d bytes", ErrTooLarge, protocol.MaxContentBytes)
 	}
-	return extra, nil
+	return extra, mentions, nil
 }
 
 // minimalJSONLen is the length of the shortest JSON encoding of extra: what any client's

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestPushOfflineOnlineMuted(t *testing.T) {
 	f := pushtest.NewFCM(t)
 	n := start(t, withFCM(f))
 	alice := n.user(t, "alice")
-	n.ok(t, "POST", "/v1/admin/users", n.AdminSecret, map[string]any{"user_id": "bob", "name": "Bob"})
+	n.expect(t, 201, "POST", "/v1/admin/users", n.AdminSecret, map[string]any{"user_id": "bob", "name": "Bob"})
 	bob := n.Token(t, "bob", "phone")
 	reg := n.ok(t, "PUT", "/v1/push/device", bob, map[string]any{"provider": "fcm", "token": "fcm-token-of-bobs-phone", "locale": "en-GB"})
 	wantFields(t, "registration", reg, map[string]any{"device_id": "phone", "provider": "fcm", "token": "…bs-phone", "locale": "en-GB"})
@@ -125,6 +126,25 @@ func TestPushRegistrations(t *testing.T) {
 			t.Errorf("%v: %s, want %q", c.body, r.raw, c.want)
 		}
 	}
+	// A Web Push endpoint must be a public https push service, not a host of the
+	// server's network (the server would call it).
+	var sub map[string]any
+	if err := json.Unmarshal([]byte(pushtest.NewWebPush(t).NewSubscription()), &sub); err != nil {
+		t.Fatal(err)
+	}
+	for ep, want := range map[string]string{
+		sub["endpoint"].(string):   "must be an https URL",
+		"https://127.0.0.1:9/push": "loopback",
+		"https://10.1.2.3/push":    "private",
+		"https://[fd00::1]/push":   "unique local",
+		"https://169.254.169.254/": "link-local",
+	} {
+		sub["endpoint"] = ep
+		r := n.fail(t, 400, "PUT", "/v1/push/device", bob, map[string]any{"provider": "webpush", "subscription": sub})
+		if !strings.Contains(string(r.raw), want) {
+			t.Errorf("endpoint %s: %s, want %q", ep, r.raw, want)
+		}
+	}
 	n.ok(t, "DELETE", "/v1/push/devices/tablet", bob, nil)
 	n.fail(t, 404, "DELETE", "/v1/push/devices/tablet", bob, nil)
 	n.ok(t, "DELETE", "/v1/push/device", bob, nil)
@@ -171,13 +191,13 @@ func TestPushRetryAndDeadToken(t *testing.T) {
 	if f.Requests() != 3 || f.Repeats() != 0 {
 		t.Fatalf("%d requests, %d repeats: want 2 refused then 1 accepted", f.Requests(), f.Repeats())
 	}
-	if r := n.metric(t, "parley_push_retried_total"); r != 2 {
+	if r := n.metric(t, `parley_push_retried_total{provider="fcm"}`); r != 2 {
 		t.Fatalf("retried %v", r)
 	}
 	f.Unregister("t1")
 	n.send(t, alice, d, "m2")
 	eventually(t, "the dead registration removed", func() bool {
-		return n.metric(t, "parley_push_tokens_removed_total") == 1
+		return n.metric(t, `parley_push_tokens_removed_total{provider="fcm",reason="UNREGISTERED"}`) == 1
 	})
 	if list := arr(t, n.ok(t, "GET", "/v1/push/devices", bob, nil)["devices"]); len(list) != 0 {
 		t.Fatalf("after UNREGISTERED: %v", list)
@@ -198,7 +218,7 @@ func TestPushAPNs(t *testing.T) {
 	const tok = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
 	n.ok(t, "PUT", "/v1/push/device", bob, map[string]any{"provider": "apns", "token": tok, "topic": "com.example.chat"})
 	d := n.direct(t, alice, "bob")["conv_id"].(string)
-	n.send(t, alice, d, "hello bob")
+	n.ok(t, "POST", "/v1/messages", alice, map[string]any{"conv_id": d, "client_msg_id": "m1", "content_type": 1, "content": map[string]any{"text": "hello bob"}})
 	waitCount(t, "pushes", f.WaitCount, 1)
 	got := f.Notifications()[0]
 	aps := got.APS()
@@ -212,6 +232,6 @@ func TestPushAPNs(t *testing.T) {
 	f.Unregister(tok, time.Now())
 	n.send(t, alice, d, "m2")
 	eventually(t, "the dead registration removed", func() bool {
-		return n.metric(t, "parley_push_tokens_removed_total") == 1
+		return n.metric(t, `parley_push_tokens_removed_total{provider="apns",reason="Unregistered"}`) == 1
 	})
 }

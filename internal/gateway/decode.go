@@ -83,7 +83,7 @@ func bodyOf(data []byte) body { return body{data: data} }
 // decode decodes b into v (a pointer to a request struct) as decodeObject does.
 func (b body) decode(v any) error {
 	t := reflect.TypeOf(v).Elem()
-	if !b.walked || hasList(t) { // the walk of a frame did not apply the list rule
+	if !b.walked || hasListMember(b.members, t) { // the walk of a frame did not apply the list rule
 		return decodeObject(b.data, v)
 	}
 	return unmarshalChecked(b.data, v, checkMembers(b.members, t))
@@ -294,6 +294,10 @@ func decodeSend(b body) (protocol.SendRequest, error) {
 		return req, invalidf("content_type must be an integer of 1 or more")
 	case len(req.Content) == 0 || string(req.Content) == "null":
 		return req, invalidf("content is required")
+	}
+	var err error
+	if req.Mentions, err = userIDSet("mentions", req.Mentions); err != nil {
+		return req, err
 	}
 	// content plus extra, measured in the request's own bytes, may not exceed the limit. They
 	// are parts of the data, so only a larger body needs measuring.
@@ -519,16 +523,9 @@ func decodeRenameRequest(data []byte) (protocol.RenameRequest, error) {
 // userIDSet checks the list of user_ids named field and returns it without repeats, in the
 // order of first mention (checkStrict has refused lists of more than protocol.MaxRequestListLen).
 func userIDSet(field string, ids []string) ([]string, error) {
-	seen := make(map[string]bool, len(ids))
-	set := ids[:0]
-	for i, id := range ids {
-		if !protocol.ValidUserID(id) {
-			return nil, invalidf("%s[%d] is not a valid user_id", field, i)
-		}
-		if !seen[id] {
-			seen[id] = true
-			set = append(set, id)
-		}
+	set, bad := protocol.UserIDSet(ids)
+	if bad >= 0 {
+		return nil, invalidf("%s[%d] is not a valid user_id", field, bad)
 	}
 	return set, nil
 }

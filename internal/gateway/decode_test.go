@@ -163,6 +163,15 @@ func TestDecodeSendRequest(t *testing.T) {
 		{"content over limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":"` + big + `"}`, 413},
 		{"content plus extra over limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":"` + big[:protocol.MaxContentBytes-20] + `","extra":{"key":"0123456789"}}`, 413},
 		{"big unknown field is not content", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"pad":"` + big + `"}`, 0},
+		{"mentions", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":["bob","a.b@c-d_e"]}`, 0},
+		{"mentions empty", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":[]}`, 0},
+		{"mentions null", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":null}`, 0},
+		{"mentions at limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":[` + idList("u", protocol.MaxMentions) + `]}`, 0},
+		{"mentions over limit", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":[` + idList("u", protocol.MaxMentions+1) + `]}`, 400},
+		{"mentions bad id", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":["bob","no/pe"]}`, 400},
+		{"mentions empty id", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":[""]}`, 400},
+		{"mentions not strings", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":[1]}`, 400},
+		{"mentions not a list", `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":"bob"}`, 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,6 +254,32 @@ func idList(prefix string, n int) string {
 		ids[i] = fmt.Sprintf("%q", fmt.Sprintf("%s%d", prefix, i))
 	}
 	return strings.Join(ids, ",")
+}
+
+// TestDecodeSendMentions checks the mentions of a send: a set in first-mention order, and
+// the errors' words, over HTTP and in a frame alike.
+func TestDecodeSendMentions(t *testing.T) {
+	const head = `{"conv_id":"c","client_msg_id":"m","content_type":1,"content":1,"mentions":`
+	req, err := decodeSendRequest([]byte(head + `["bob","carol","bob","alice"]}`))
+	if err != nil || !slices.Equal(req.Mentions, []string{"bob", "carol", "alice"}) {
+		t.Fatalf("got %+v, %v", req, err)
+	}
+	cf, err := decodeClientFrame([]byte(`{"id":"1","op":"send",` + head[1:] + `["bob","bob"]}`))
+	if p, ok := cf.params.(protocol.SendRequest); err != nil || cf.paramsErr != nil || !ok || !slices.Equal(p.Mentions, []string{"bob"}) {
+		t.Fatalf("frame: got %+v, %v", cf, err)
+	}
+	for in, want := range map[string]string{
+		head + `[` + idList("u", protocol.MaxMentions+1) + `]}`: "invalid request: mentions has more than 50 entries",
+		head + `["bob","no/pe"]}`:                               "invalid request: mentions[1] is not a valid user_id",
+	} {
+		if _, err := decodeSendRequest([]byte(in)); errString(err) != want {
+			t.Errorf("%.80s: error %v, want %q", in, err, want)
+		}
+		cf, err := decodeClientFrame([]byte(`{"id":"1","op":"send",` + in[1:]))
+		if err != nil || errString(cf.paramsErr) != want {
+			t.Errorf("frame %.80s: error %v, %v, want %q", in, err, cf.paramsErr, want)
+		}
+	}
 }
 
 // TestDecodeMemberListsDeduplicated checks that lists come out as sets in first-mention order.
@@ -537,6 +572,9 @@ func frameSeeds() []string {
 		`{"op":"send","conv_id":null,"client_msg_id":"m1","content_type":null,"content":{}}`,
 		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"extra":{"k":"v"}}`,
 		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"other":1}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"mentions":["b","a","b"]}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"mentions":["b",1]}`,
+		`{"op":"send","conv_id":"c_abc","client_msg_id":"m1","content_type":1,"content":{},"Mentions":["b"]}`,
 		`{"id":1,"op":"send","Conv_ID":"x"}`, `{"Conv_ID":"x","id":1,"op":"send"}`,
 		`{"conv_id":5,"id":1,"op":"send"}`, `{"id":"1","op":"read","conv_id":5,"seq":"x"}`,
 		`{"id":"1","op":"sync","Cursor":1,"cursor":1e300}`, `{"cursor":1e300,"id":"1","op":"sync","Limit":1}`,

@@ -118,7 +118,7 @@ func (w *strictWalk) member(data []byte, t reflect.Type) (int64, error) {
 	}
 	switch {
 	case isList(field.Type):
-		return 0, checkList(dec, field.Name)
+		return 0, checkList(dec, field)
 	case m.kind == '{' || m.kind == '[':
 		err := checkNested(dec) // enters the value: depth 2
 		return dec.InputOffset() - 1, err
@@ -174,14 +174,14 @@ func checkMembers(members []member, t reflect.Type) error {
 }
 
 // checkList reads the list value of field, refusing it as soon as it has more than
-// protocol.MaxRequestListLen entries: the rest of it is never read.
-func checkList(dec *jsontext.Decoder, field string) error {
+// field.MaxLen entries: the rest of it is never read.
+func checkList(dec *jsontext.Decoder, field jsonField) error {
 	if _, err := dec.ReadToken(); err != nil { // '['
 		return err
 	}
 	for n := 0; dec.PeekKind() != ']'; n++ {
-		if n == protocol.MaxRequestListLen {
-			return invalidf("%s has more than %d entries", field, protocol.MaxRequestListLen)
+		if n == field.MaxLen {
+			return invalidf("%s has more than %d entries", field.Name, field.MaxLen)
 		}
 		if _, err := dec.ReadValue(); err != nil {
 			return err
@@ -204,10 +204,12 @@ func checkNested(dec *jsontext.Decoder) error {
 }
 
 // jsonField is a field of a request struct as JSON names it. Type is nil for a key that
-// selects no field (it is ignored).
+// selects no field (it is ignored). MaxLen is the most entries a list field may have: its
+// tag maxlen, else protocol.MaxRequestListLen.
 type jsonField struct {
-	Name string
-	Type reflect.Type
+	Name   string
+	Type   reflect.Type
+	MaxLen int
 }
 
 // knownField returns the field of struct type t that the JSON name selects, and an
@@ -250,16 +252,21 @@ func jsonFieldsOf(t reflect.Type) []jsonField {
 		case name == "":
 			name = f.Name
 		}
-		fs = append(fs, jsonField{name, f.Type})
+		maxLen := protocol.MaxRequestListLen
+		if n, err := strconv.Atoi(f.Tag.Get("maxlen")); err == nil && n >= 0 {
+			maxLen = min(n, maxLen)
+		}
+		fs = append(fs, jsonField{name, f.Type, maxLen})
 	}
 	jsonFields.Store(t, fs)
 	return fs
 }
 
-// hasList reports whether struct type t has a list field.
-func hasList(t reflect.Type) bool {
-	for _, f := range jsonFieldsOf(t) {
-		if isList(f.Type) {
+// hasListMember reports whether one of members is a list field of struct type t: only
+// then does the list rule, which a walk without t did not apply, have anything to check.
+func hasListMember(members []member, t reflect.Type) bool {
+	for _, m := range members {
+		if m.kind == '[' && isList(fieldOf(t, m.name).Type) {
 			return true
 		}
 	}

@@ -34,6 +34,10 @@ type Body struct {
 	ConvID string
 	TS     int64
 	Data   json.RawMessage
+	// Skip names, for a room's message push (Message), the users whose subscriptions it is
+	// not pushed to: the members a message mentions have it as an event in their log, which
+	// reaches their connections anyway.
+	Skip []string
 
 	once    sync.Once // guards encoded
 	encoded []byte

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 )
@@ -141,7 +142,7 @@ func (h *Hub) Follow(s *Subscription, convID string, seen, maxSeq int64) {
 func (rm *room) replay(s *Subscription, after int64) {
 	var w wakes
 	for _, m := range rm.recent {
-		if m.seq > after {
+		if m.seq > after && !slices.Contains(m.body.Skip, s.userID) {
 			w.queue(s, []Event{{Body: m.body}})
 		}
 	}
@@ -315,7 +316,8 @@ const idleRoom = 5 * time.Second
 
 // Message hands a committed message of the read-fanout conversation convID, with seq, sent
 // by senderID, to the conversation's room: body (an ephemeral event, Cursor 0, whose Data
-// is the whole push frame) to the subscriptions that have it open, in seq order, and a
+// is the whole push frame) to the subscriptions that have it open, in seq order (but those
+// of the users in body.Skip, who have the message in their log), and a
 // notice round to the others, at once if the last one ran NoticeInterval ago or more, else
 // when it will have. The sender's own subscriptions count the message as seen (sending
 // reads it). A room is made if the conversation has none, and kept idleRoom after its last
@@ -446,7 +448,9 @@ func (rm *room) handOver(now time.Time, w *wakes) {
 		rm.next++
 		evs := []Event{{Body: b}}
 		for s := range rm.open {
-			w.queue(s, evs)
+			if !slices.Contains(b.Skip, s.userID) { // the mentioned, who have it in their log
+				w.queue(s, evs)
+			}
 		}
 	}
 }

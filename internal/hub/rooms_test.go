@@ -288,3 +288,41 @@ func TestRoomWheelSpreadsNoticesOverATurn(t *testing.T) {
 		}
 	}
 }
+
+// TestRoomSkipsTheUsersWithTheMessageInTheirLog: a message's pushes leave out the open
+// subscriptions of the users its Body skips (the mentioned members, who get it as a log
+// event), also when replayed to a late follower, and go on in seq order for them after it.
+func TestRoomSkipsTheUsersWithTheMessageInTheirLog(t *testing.T) {
+	h := New()
+	bob, carol := watch(h, "bob", 100), watch(h, "carol", 100)
+	defer bob.Close()
+	defer carol.Close()
+	for _, w := range []watcher{bob, carol} {
+		h.Follow(w.Subscription, "g1", 0, 0)
+		h.OpenConversation(w.Subscription, "g1")
+	}
+	h.Message("g1", 1, "alice", msg(1))
+	mentioned := msg(2)
+	mentioned.Skip = []string{"bob"}
+	h.Message("g1", 2, "alice", mentioned)
+	h.Message("g1", 3, "alice", msg(3))
+	seqs := func(w watcher) (out []string) {
+		for _, ev := range w.Take(nil) {
+			out = append(out, string(ev.Data))
+		}
+		return out
+	}
+	if got := fmt.Sprint(seqs(bob)); got != `[{"seq":1} {"seq":3}]` {
+		t.Errorf("bob, mentioned in 2, got %s", got)
+	}
+	if got := fmt.Sprint(seqs(carol)); got != `[{"seq":1} {"seq":2} {"seq":3}]` {
+		t.Errorf("carol got %s", got)
+	}
+	late := watch(h, "bob", 100) // another device of bob's, following late with it open
+	defer late.Close()
+	h.OpenConversation(late.Subscription, "g1")
+	h.Follow(late.Subscription, "g1", 0, 0)
+	if got := fmt.Sprint(seqs(late)); got != `[{"seq":1} {"seq":3}]` {
+		t.Errorf("bob's late follower got %s", got)
+	}
+}

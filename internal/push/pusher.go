@@ -123,6 +123,40 @@ type Pusher struct {
 	readyC  chan struct{} // signalled when ready grows
 	dirty   map[deviceKey]int64
 	running bool
+
+	breakers map[string]*breaker // by provider
+
+	names nameCache // senders' display names
+}
+
+// nameCache keeps senders' display names for a minute: a burst to 10,000 devices from one
+// sender reads the name once, and a renamed user shows the new name within a minute.
+type nameCache struct {
+	mu sync.Mutex
+	m  map[string]cachedName
+}
+
+type cachedName struct {
+	name string
+	at   time.Time
+}
+
+const nameTTL = time.Minute
+
+func (c *nameCache) get(uid string, now time.Time) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.m[uid]
+	return n.name, ok && now.Sub(n.at) < nameTTL
+}
+
+func (c *nameCache) put(uid, name string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= 10000 {
+		c.m = make(map[string]cachedName) // bounded: start again rather than track age
+	}
+	c.m[uid] = cachedName{name, now}
 }
 
 // userState is the pusher's memory of one user with targets.
@@ -148,7 +182,12 @@ type deviceState struct {
 // New returns a pusher; Run starts it.
 func New(o Options) *Pusher {
 	o.defaults()
-	return &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64)}
+	p := &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64),
+		breakers: make(map[string]*breaker)}
+	for name := range o.Providers {
+		p.breakers[name] = &breaker{}
+	}
+	return p
 }
 
 // Run loads every target, works until ctx ends, then writes the cursors it advanced. On a
@@ -204,6 +243,9 @@ func (p *Pusher) run(ctx context.Context) error {
 			}
 		}
 		p.mu.Unlock()
+		for _, b := range p.breakers {
+			b.stop()
+		}
 	}()
 	if err := p.sweep(ctx); err != nil {
 		return err
@@ -452,8 +494,10 @@ func (p *Pusher) work(ctx context.Context) {
 	}
 }
 
-// batch is how many events of a user's log one pass reads.
-const batch = 256
+// batch is how many events of a user's log one pass reads: a device offline for days
+// takes several passes, each as cheap as the common one-event pass (stores allocate room
+// for the whole limit).
+const batch = 64
 
 // process works on one user's devices: reads the log from the least cursor, decides and
 // sends each device's notifications, and records how far each got. It returns whether
@@ -478,7 +522,7 @@ func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState)
 		return false, time.Time{}, err
 	}
 	more = len(evs) == batch
-	w := &pass{p: p, ctx: ctx, uid: uid, evs: evs, now: p.o.Now(), names: map[string]string{}, badge: -1}
+	w := &pass{p: p, ctx: ctx, uid: uid, evs: evs, now: p.o.Now(), badge: -1}
 	w.muted = make(map[string]bool)
 	nowMS := w.now.UnixMilli()
 	for _, m := range mutes {
@@ -502,7 +546,6 @@ type pass struct {
 	evs   []store.Event
 	now   time.Time
 	muted map[string]bool
-	names map[string]string
 	badge int // -1 until read
 }
 
@@ -568,8 +611,8 @@ func (w *pass) device(d *deviceState) time.Time {
 	if len(ns) == 0 && badged >= 0 {
 		ns = append(ns, w.badgeOnly(d, &w.evs[badged]))
 	}
-	retryAt, removed := w.send(d, prov, ns, oldest)
-	if removed {
+	retryAt, removed, parked := w.send(d, prov, ns, oldest)
+	if removed || parked {
 		return time.Time{}
 	}
 	if !retryAt.IsZero() {
@@ -595,19 +638,29 @@ func (w *pass) notifies(e *store.Event) bool {
 		!e.Message.Recalled && !w.muted[e.ConvID]
 }
 
-// send sends ns in turn. It returns, when one must be tried again, the time to, and
-// whether the target was removed as dead.
-func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed bool) {
+// send sends ns in turn. It returns, when one must be tried again, the time to; whether
+// the target was removed as dead; and whether the device is parked until its provider,
+// which is down, answers again (breaker).
+func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed, parked bool) {
 	p := w.p
+	br := p.breakers[d.t.Provider]
 	for _, n := range ns {
+		if !br.admit(w.uid, w.now) {
+			return time.Time{}, false, true
+		}
 		res := prov.Send(w.ctx, Target{UserID: w.uid, DeviceID: d.t.DeviceID, Provider: d.t.Provider, Token: d.t.Token,
 			Topic: d.t.Topic, Locale: d.t.Locale, RegisteredAt: time.UnixMilli(d.t.RegisteredAt)}, n)
+		if res.Outcome != Retry {
+			for _, u := range br.answered() {
+				p.wake(u)
+			}
+		}
 		switch res.Outcome {
 		case Delivered:
 			p.o.Obs.PushSent(d.t.Provider, p.o.Now().Sub(time.UnixMilli(n.eventTS)))
 		case Retry:
 			if w.ctx.Err() != nil {
-				return w.now.Add(p.o.MinBackoff), false
+				return w.now.Add(p.o.MinBackoff), false, false
 			}
 			if oldest != math.MaxInt64 && w.now.Sub(time.UnixMilli(oldest)) >= p.o.GiveUpAfter {
 				p.o.Obs.PushGaveUp(d.t.Provider)
@@ -615,11 +668,14 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 				continue
 			}
 			p.o.Obs.PushRetried(d.t.Provider)
+			if br.failed(w.uid, w.now, p.wake) {
+				return time.Time{}, false, true // the provider is down: wait for it, not for a backoff
+			}
 			d.attempt++
 			wait := backoff(d.attempt, p.o.MinBackoff, p.o.MaxBackoff)
 			wait = max(wait, res.RetryAfter)
 			p.setNotBefore(w.uid, d.t.DeviceID, d.attempt, w.now.Add(wait))
-			return w.now.Add(wait), false
+			return w.now.Add(wait), false, false
 		case Unregistered:
 			if !res.DeadSince.IsZero() && res.DeadSince.Before(time.UnixMilli(d.t.RegisteredAt)) {
 				// Registered again after APNs saw it die: the token lives; drop this one.
@@ -627,7 +683,7 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 				continue
 			}
 			w.remove(d, res)
-			return time.Time{}, true
+			return time.Time{}, true, false
 		default:
 			p.o.Obs.PushFailed(d.t.Provider, res.Reason)
 			p.o.Log.Warn("push: rejected", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
@@ -636,7 +692,21 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 	if d.attempt > 0 {
 		p.setNotBefore(w.uid, d.t.DeviceID, 0, time.Time{})
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
+}
+
+// wake queues uid's work now, clearing its devices' backoff: their provider is back.
+func (p *Pusher) wake(uid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.users[uid]
+	if u == nil {
+		return
+	}
+	for _, d := range u.devices {
+		d.attempt, d.notBefore = 0, time.Time{}
+	}
+	p.enqueueLocked(u)
 }
 
 // remove deletes a dead token's target, unless the device registered another since.
@@ -685,14 +755,14 @@ func (w *pass) badgeOnly(d *deviceState, e *store.Event) Notification {
 }
 
 func (w *pass) name(uid string) string {
-	if n, ok := w.names[uid]; ok {
+	if n, ok := w.p.names.get(uid, w.now); ok {
 		return n
 	}
 	n, err := w.p.o.Facts.Name(w.ctx, uid)
 	if err != nil || n == "" {
 		n = uid
 	}
-	w.names[uid] = n
+	w.p.names.put(uid, n, w.now)
 	return n
 }
 

@@ -399,3 +399,64 @@ func TestPreview(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderDownThenBack: while the provider answers 503 to everything, the pusher stops
+// after breakerAfter failures and only probes; when it answers again, every device is
+// pushed once.
+func TestProviderDownThenBack(t *testing.T) {
+	w := newWorld(t, t.TempDir(), Options{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	const devices = 12
+	ctx := context.Background()
+	err := w.st.Update(ctx, func(tx store.Tx) error {
+		for i := range devices {
+			if err := tx.PutPushTarget(ctx, store.PushTarget{UserID: "bob", DeviceID: fmt.Sprint("dev", i), Provider: FCM, Token: fmt.Sprint("tok", i), RegisteredAt: 1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.p.Reload(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	down := true
+	w.prov.setAnswer(func(Notification) Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return Result{Outcome: Retry, Status: 503}
+		}
+		return Result{Outcome: Delivered, Status: 200}
+	})
+	w.send("d1")
+	for range breakerAfter { // the failures that open the breaker (devices' backoff is 1 ms)
+		w.prov.next(t)
+	}
+	start := time.Now()
+	w.prov.next(t) // the first probe
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Fatalf("an attempt %v after the breaker opened, before the first probe was due", d)
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	probe := w.prov.next(t) // the second probe succeeds (after 2 s), and wakes every device
+	delivered := map[string]bool{probe.ID: true}
+	for len(delivered) < devices+1 { // bob's phone and the 12 devices
+		n := w.prov.next(t)
+		delivered[n.ID] = true
+	}
+	w.send("d2") // everything is delivered and nothing else: the next push is d2's
+	for {
+		n := w.prov.next(t)
+		if n.ConvID == "d2" {
+			break
+		}
+		if !delivered[n.ID] {
+			t.Fatalf("a new notification for d1 after all were delivered: %+v", n)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // EventMessage is the type of the event AppendMessage writes into every member's log. Its
@@ -27,13 +28,36 @@ var ErrNotMember = fmt.Errorf("%w: no such conversation or not a member", ErrNot
 //   - made the conversation visible again (Hidden = false) for members who had hidden it;
 //   - raised the sender's ReadSeq and DeliveredSeq to Seq: a sender has read what it sent.
 //
+// A read-fanout conversation (Conversation.ReadFanout) has no event per member: its message
+// is appended as an event, in the same step, only to the log of each user in Mentions who
+// is a member and not the sender (MentionedUsers), each with that user's next cursor, and
+// touches no row of theirs but their log. Appended.Events lists those, in the order of
+// Mentions. In a write-fanout conversation every member has the event anyway, so Mentions
+// change nothing there but the stored message.
+//
 // If (SenderID, ClientMsgID) was already stored, in any conversation, it writes nothing and
 // returns the stored message with Duplicate set: the sender's retry gets the original back.
 // The check holds against every message ever stored, however old.
 type Appended struct {
 	Message   Message    // as stored: Seq assigned; on a duplicate, the original message
 	Duplicate bool       // the message was stored before; nothing was written now
-	Events    []Delivery // the events appended, in the order of Members; nil on a duplicate and in a read-fanout conversation
+	Events    []Delivery // the events appended, in the order of Members (read fanout: of Mentions); nil on a duplicate and in a read-fanout conversation without mentioned members
+	// ReadFanout says that the message went to a read-fanout conversation: Events are then
+	// the mentioned members' only. False on a duplicate.
+	ReadFanout bool
+}
+
+// MentionedUsers returns the users of m.Mentions who may get a read-fanout message's event:
+// each once, in the order of their first mention, without the sender. Whether each is a
+// member is the backend's to check.
+func MentionedUsers(m Message) []string {
+	var out []string
+	for _, u := range m.Mentions {
+		if u != m.SenderID && !slices.Contains(out, u) { // at most 50 (protocol): a scan is cheap
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // PendingAppend is an append that Store.StartAppend has queued.
@@ -104,7 +128,7 @@ func AppendTx(ctx context.Context, tx Tx, m Message, nextMark func() (int64, err
 	if err := tx.UpdateConversation(ctx, c); err != nil {
 		return Appended{}, err
 	}
-	res := Appended{Message: m}
+	res := Appended{Message: m, ReadFanout: c.ReadFanout()}
 	for _, mem := range members {
 		if !c.ReadFanout() {
 			ev := Event{UserID: mem.UserID, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
@@ -118,6 +142,21 @@ func AppendTx(ctx context.Context, tx Tx, m Message, nextMark func() (int64, err
 			if err := tx.PutMember(ctx, mem); err != nil {
 				return Appended{}, err
 			}
+		}
+	}
+	if c.ReadFanout() {
+		for _, u := range MentionedUsers(m) {
+			if _, err := tx.Member(ctx, m.ConvID, u); errors.Is(err, ErrNotFound) {
+				continue // not a member: the mention is only stored
+			} else if err != nil {
+				return Appended{}, err
+			}
+			ev := Event{UserID: u, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+			cursor, err := tx.AppendEvent(ctx, ev)
+			if err != nil {
+				return Appended{}, fmt.Errorf("append message event for mentioned %s: %w", u, err)
+			}
+			res.Events = append(res.Events, Delivery{UserID: u, Cursor: cursor})
 		}
 	}
 	return res, nil

@@ -251,6 +251,11 @@ type Message struct {
 	Extra       []byte
 	CreatedAt   int64 // Unix ms
 	Recalled    bool
+	// Mentions are the user ids the sender mentioned, stored as given (nil when none) and
+	// kept by a recall. In a read-fanout conversation each mentioned member but the sender
+	// gets the message as an event in their log (see Appended); anyone else named is only
+	// stored.
+	Mentions []string
 }
 
 // MessageRange selects messages of one conversation with Floor < seq, ascending.
@@ -345,7 +350,7 @@ type PushTarget struct {
 type Mute struct {
 	UserID string
 	ConvID string
-	Until  int64 // Unix ms; math.MaxInt64 for ever
+	Until  int64 // Unix ms; a mute for ever has a far future (chat uses protocol.MuteForever)
 }
 
 // PushReader reads push targets and mutes.

@@ -55,6 +55,9 @@ type Options struct {
 	// Its transport must speak HTTP/2 (net/http's does over TLS); tests pass the fake's
 	// Client(), which trusts the fake's certificate.
 	HTTPClient *http.Client
+	// Connections is how many connections requests are spread over; 0 means
+	// push.DefaultConnections.
+	Connections int
 }
 
 // Provider sends notifications to APNs. It is safe for concurrent use; it never retries.
@@ -63,7 +66,7 @@ type Provider struct {
 	keyID    string
 	teamID   string
 	endpoint string
-	client   *http.Client
+	conns    *push.Conns
 	now      func() time.Time // the clock for the JWT's iat and age; tests replace it
 
 	mu       sync.Mutex // guards token and issuedAt
@@ -93,12 +96,8 @@ func New(opts Options) (*Provider, error) {
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("apns: endpoint: %w", err)
 	}
-	client := opts.HTTPClient
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
-	}
 	return &Provider{key: key, keyID: opts.KeyID, teamID: opts.TeamID, endpoint: endpoint,
-		client: client, now: time.Now}, nil
+		conns: push.NewConns(opts.HTTPClient, opts.Connections), now: time.Now}, nil
 }
 
 // parseKey reads a .p8 file: a PKCS#8 PEM block holding an ECDSA P-256 key, as ES256 needs.
@@ -167,7 +166,7 @@ func (p *Provider) Send(ctx context.Context, t push.Target, n push.Notification)
 	}
 	setHeaders(req.Header, t, n)
 	req.Header.Set("Authorization", "bearer "+token)
-	resp, err := p.client.Do(req)
+	resp, err := p.conns.Client().Do(req)
 	if err != nil {
 		return push.Result{Outcome: push.Retry, Reason: err.Error()}
 	}

@@ -45,13 +45,16 @@ type Options struct {
 	// HTTPClient sends the messages and mints the access tokens; nil means a client of its
 	// own with a 30-second timeout. Tests pass the fake's Client().
 	HTTPClient *http.Client
+	// Connections is how many connections requests are spread over; 0 means
+	// push.DefaultConnections.
+	Connections int
 }
 
 // Provider sends notifications to FCM. It is safe for concurrent use; it never retries.
 type Provider struct {
 	tokens  oauth2.TokenSource // caches the access token and mints a new one before expiry
 	sendURL string
-	client  *http.Client
+	conns   *push.Conns // the sends' connections (the token source has its own client)
 }
 
 var _ push.Provider = (*Provider)(nil)
@@ -93,7 +96,7 @@ func New(opts Options) (*Provider, error) {
 	return &Provider{
 		tokens:  creds.TokenSource,
 		sendURL: endpoint + "/v1/projects/" + url.PathEscape(project) + "/messages:send",
-		client:  client,
+		conns:   push.NewConns(opts.HTTPClient, opts.Connections),
 	}, nil
 }
 
@@ -115,7 +118,7 @@ func (p *Provider) Send(ctx context.Context, t push.Target, n push.Notification)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	tok.SetAuthHeader(req)
-	resp, err := p.client.Do(req)
+	resp, err := p.conns.Client().Do(req)
 	if err != nil {
 		return push.Result{Outcome: push.Retry, Reason: err.Error()}
 	}

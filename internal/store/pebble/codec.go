@@ -192,7 +192,16 @@ func encodeMessage(b []byte, m store.Message) []byte {
 	b = appendOptBytes(b, m.Content)
 	b = appendOptBytes(b, m.Extra)
 	b = appendVarint(b, m.CreatedAt)
-	return appendBool(b, m.Recalled)
+	b = appendBool(b, m.Recalled)
+	if len(m.Mentions) > 0 {
+		// Only messages with mentions carry them, so a message without keeps the bytes of
+		// earlier versions and they still read it.
+		b = binary.AppendUvarint(b, uint64(len(m.Mentions)))
+		for _, u := range m.Mentions {
+			b = appendString(b, u)
+		}
+	}
+	return b
 }
 
 func decodeMessage(v []byte, conv string, seq int64) (store.Message, error) {
@@ -206,6 +215,16 @@ func decodeMessage(v []byte, conv string, seq int64) (store.Message, error) {
 	m.Extra = d.optBytes()
 	m.CreatedAt = d.varint()
 	m.Recalled = d.bool()
+	if d.err == nil && len(d.b) > 0 {
+		if n, ok := d.length(); ok && n > 0 { // each mention takes a byte at least
+			m.Mentions = make([]string, n)
+			for i := range m.Mentions {
+				m.Mentions[i] = d.string()
+			}
+		} else if ok {
+			d.fail() // an empty list is written as none
+		}
+	}
 	return m, d.done()
 }
 

@@ -299,6 +299,21 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 		users = append(users, u)
 	}
 	w.scratch.users = users
+	var mentioned []string // read fanout: the mentioned members who get an event
+	if h.conv.ReadFanout() {
+		if mentioned, err = w.mentionedMembers(ctx, t, h, m); err != nil {
+			return store.Appended{}, err
+		}
+	}
+	mentionedLogs := w.scratch.mentioned[:0]
+	for _, u := range mentioned {
+		log, err := w.hot.user(ctx, t, u)
+		if err != nil {
+			return store.Appended{}, err
+		}
+		mentionedLogs = append(mentionedLogs, log)
+	}
+	w.scratch.mentioned = mentionedLogs
 
 	// Writes. t.set records each key's previous state for the undo log.
 	m.Seq = h.conv.MaxSeq + 1
@@ -333,9 +348,9 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 			return store.Appended{}, err
 		}
 	}
-	res := store.Appended{Message: m}
-	if len(users) > 0 {
-		res.Events = make([]store.Delivery, len(users))
+	res := store.Appended{Message: m, ReadFanout: conv.ReadFanout()}
+	if len(users)+len(mentioned) > 0 {
+		res.Events = make([]store.Delivery, len(users), len(users)+len(mentioned))
 	}
 	ev := store.Event{Type: store.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
 	var senderStored store.Member // the sender is a member: set below
@@ -363,6 +378,13 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 			h.rows[mem.UserID] = stored
 		}
 	}
+	for i, u := range mentioned { // read fanout only: their rows do not change
+		ev.UserID = u
+		if err := appendEvent(t, &mentionedLogs[i], ev); err != nil {
+			return store.Appended{}, err
+		}
+		res.Events = append(res.Events, store.Delivery{UserID: u, Cursor: mentionedLogs[i].last})
+	}
 
 	// Every write is in the batch: the hot state follows.
 	w.hot.fresh.add(dedup)
@@ -374,7 +396,28 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 		h.members[i], _ = store.AfterAppend(mem, m)
 		w.hot.users[mem.UserID] = users[i]
 	}
+	for i, u := range mentioned {
+		w.hot.users[u] = mentionedLogs[i]
+	}
 	return res, nil
+}
+
+// mentionedMembers returns the users of m's mentions who are members of the read-fanout
+// conversation h and not the sender (store.MentionedUsers), reading their rows through t
+// when not held: each gets m as an event in their log.
+func (w *writer) mentionedMembers(ctx context.Context, t *txn, h *convHead, m store.Message) ([]string, error) {
+	var out []string
+	for _, u := range store.MentionedUsers(m) {
+		_, _, err := h.readRow(ctx, t, w.settle, u)
+		switch {
+		case errors.Is(err, store.ErrNotMember): // only stored with the message
+		case err != nil:
+			return nil, err
+		default:
+			out = append(out, u)
+		}
+	}
+	return out, nil
 }
 
 // readFanoutMembers returns the member rows, as readers see them, that appending a message
@@ -433,8 +476,9 @@ func appendEvent(t *txn, u *hotUser, ev store.Event) error {
 
 // appendScratch are the writer's buffers for appendMessage, reused from send to send.
 type appendScratch struct {
-	users []hotUser
-	prev  []byte
+	users     []hotUser
+	mentioned []hotUser
+	prev      []byte
 }
 
 // AppendMessage implements store.Store: StartAppend, then Wait.

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/sqlrow"
 )
 
 // States of an appendReq: claimed by the appender or abandoned by its caller, never both,
@@ -59,8 +60,9 @@ func (r *appendReq) answer(res store.Appended, err error) {
 // to MaxBatch) and applies the batch in one transaction of two round trips:
 //
 //  1. lock the batch's conversations, then read the senders' member rows (locked), the
-//     members of the write-fanout conversations with their users (locked), and the
-//     messages the batch might repeat;
+//     members of the write-fanout conversations and the mentioned members of the
+//     read-fanout ones with their users (locked, all in one statement in user order), and
+//     the messages the batch might repeat;
 //  2. with the seqs and cursors computed here, write the messages, the conversations, the
 //     users' cursors, the events and the members' positions with one set-based statement
 //     each (unnest of arrays), and COMMIT.
@@ -262,6 +264,9 @@ type convState struct {
 	dirty   bool
 	markOff int64 // > 0: the conversation's new mark is the batch's base mark + markOff
 	members []memberLite
+	// mentionable holds, for read fanout, the users the batch's messages mention who are
+	// members: each gets an event for the messages that mention them.
+	mentionable map[string]bool
 }
 
 // memberLite is what a batch needs of a write-fanout member.
@@ -279,6 +284,8 @@ type appendBatch struct {
 	convIDs        []string // sorted
 	senderConvs    []string // with senderUsers: the senders' member rows, sorted
 	senderUsers    []string
+	mentionConvs   []string // with mentionUsers: the (conversation, user) pairs mentioned
+	mentionUsers   []string
 	dedupSenders   []string
 	dedupClientIDs []string
 
@@ -307,11 +314,18 @@ func newAppendBatch(reqs []*appendReq) *appendBatch {
 	b := &appendBatch{reqs: reqs, known: make(map[dedupKey]store.Message)}
 	convs := make(map[string]bool)
 	senders := make(map[memberKey]bool)
+	mentions := make(map[memberKey]bool)
 	for _, r := range reqs {
 		convs[r.m.ConvID] = true
 		senders[memberKey{r.m.ConvID, r.m.SenderID}] = true
 		b.dedupSenders = append(b.dedupSenders, r.m.SenderID)
 		b.dedupClientIDs = append(b.dedupClientIDs, r.m.ClientMsgID)
+		for _, u := range store.MentionedUsers(r.m) {
+			if k := (memberKey{r.m.ConvID, u}); !mentions[k] {
+				mentions[k] = true
+				b.mentionConvs, b.mentionUsers = append(b.mentionConvs, k.conv), append(b.mentionUsers, k.user)
+			}
+		}
 	}
 	for c := range convs {
 		b.convIDs = append(b.convIDs, c)
@@ -337,13 +351,16 @@ const (
 		WHERE (conv_id, user_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY conv_id, user_id FOR UPDATE`
 	// Every member of the write-fanout conversations gets an event under its user's next
-	// cursor: the members, with their users' rows locked in user order. Membership and
-	// members' hidden flags cannot change meanwhile: every change of them locks the
-	// conversation first. A user in several of the batch's conversations comes once per
-	// conversation; locking a row twice is harmless.
+	// cursor, and so does every mentioned member of a read-fanout one: the members, with
+	// their users' rows locked in user order, in one statement, so that the order holds
+	// for all of them. Membership and members' hidden flags cannot change meanwhile: every
+	// change of them locks the conversation first. A user in several of the batch's
+	// conversations comes once per conversation; locking a row twice is harmless. A
+	// mentioned (conversation, user) pair that is no membership selects nothing.
 	lockRecipientsSQL = `SELECT m.conv_id, m.user_id, m.ordinal, m.hidden, u.last_cursor
 		FROM members m JOIN users u ON u.id = m.user_id
 		WHERE m.conv_id IN (SELECT id FROM conversations WHERE id = ANY($1) AND read_from = 0)
+			OR (m.conv_id, m.user_id) IN (SELECT * FROM unnest($2::text[], $3::text[]))
 		ORDER BY u.id FOR UPDATE OF u`
 	dedupSQL = `SELECT ` + msgCols + ` FROM messages
 		WHERE (sender_id, client_msg_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
@@ -355,7 +372,7 @@ func (b *appendBatch) lockAndRead(ctx context.Context, c *pgx.Conn) error {
 	q.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	q.Queue(lockConvsSQL, b.convIDs)
 	q.Queue(lockSendersSQL, b.senderConvs, b.senderUsers)
-	q.Queue(lockRecipientsSQL, b.convIDs)
+	q.Queue(lockRecipientsSQL, b.convIDs, b.mentionConvs, b.mentionUsers)
 	q.Queue(dedupSQL, b.dedupSenders, b.dedupClientIDs)
 	br := c.SendBatch(ctx, q)
 	err := b.readResults(br)
@@ -390,7 +407,14 @@ func (b *appendBatch) readResults(br pgx.BatchResults) error {
 		if err := r.Scan(&conv, &m.user, &m.ordinal, &m.hidden, &last); err != nil {
 			return err
 		}
-		if cs := b.convs[conv]; cs != nil {
+		switch cs := b.convs[conv]; {
+		case cs == nil:
+		case cs.c.ReadFanout(): // a mentioned member
+			if cs.mentionable == nil {
+				cs.mentionable = make(map[string]bool)
+			}
+			cs.mentionable[m.user] = true
+		default:
 			cs.members = append(cs.members, m)
 		}
 		b.users[m.user] = last
@@ -459,23 +483,21 @@ func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
 	cs.dirty = true
 	b.known[key] = m
 	b.newMessages = append(b.newMessages, m)
-	res := store.Appended{Message: m}
+	res := store.Appended{Message: m, ReadFanout: c.ReadFanout()}
 	if c.ReadFanout() {
 		b.marks++
 		cs.markOff = b.marks
+		for _, u := range store.MentionedUsers(m) {
+			if cs.mentionable[u] {
+				res.Events = append(res.Events, b.event(m, u))
+			}
+		}
 	} else {
 		if !slices.Contains(b.unhide, c.ID) && slices.ContainsFunc(cs.members, func(m memberLite) bool { return m.hidden && m.user != sender.UserID }) {
 			b.unhide = append(b.unhide, c.ID) // the sender's own row is raised below
 		}
 		for _, mem := range cs.members {
-			b.users[mem.user]++
-			cursor := b.users[mem.user]
-			b.events.users = append(b.events.users, mem.user)
-			b.events.convs = append(b.events.convs, m.ConvID)
-			b.events.cursors = append(b.events.cursors, cursor)
-			b.events.ts = append(b.events.ts, m.CreatedAt)
-			b.events.seq = append(b.events.seq, m.Seq)
-			res.Events = append(res.Events, store.Delivery{UserID: mem.user, Cursor: cursor})
+			res.Events = append(res.Events, b.event(m, mem.user))
 		}
 	}
 	if after, changed := store.AfterAppend(*sender, m); changed {
@@ -483,6 +505,18 @@ func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
 		b.moved[memberKey{m.ConvID, m.SenderID}] = true
 	}
 	return res, nil
+}
+
+// event adds m's "message" event to user's log, under the user's next cursor.
+func (b *appendBatch) event(m store.Message, user string) store.Delivery {
+	b.users[user]++
+	cursor := b.users[user]
+	b.events.users = append(b.events.users, user)
+	b.events.convs = append(b.events.convs, m.ConvID)
+	b.events.cursors = append(b.events.cursors, cursor)
+	b.events.ts = append(b.events.ts, m.CreatedAt)
+	b.events.seq = append(b.events.seq, m.Seq)
+	return store.Delivery{UserID: user, Cursor: cursor}
 }
 
 // write is the second round trip: every row the batch changes, in one statement of
@@ -542,16 +576,18 @@ func (b *appendBatch) writeMessages(w *cteWriter) {
 		seqs, created                     = make([]int64, n), make([]int64, n)
 		types                             = make([]int32, n)
 		contents, extras                  = make([][]byte, n), make([][]byte, n)
+		mentions                          = make([]*string, n)
 	)
 	for i, m := range b.newMessages {
 		convs[i], seqs[i], msgIDs[i], clientIDs[i], senders[i] = m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID
 		types[i], contents[i], extras[i], created[i] = int32(m.ContentType), m.Content, m.Extra, m.CreatedAt
+		mentions[i] = sqlrow.MentionsValue(m.Mentions)
 	}
 	w.add("msgs", `INSERT INTO messages (`+msgCols+`)
-		SELECT c, s, mi, ci, se, ty, co, ex, cr, false
+		SELECT c, s, mi, ci, se, ty, co, ex, cr, false, mn
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[],
-			$7::bytea[], $8::bytea[], $9::bigint[]) AS v(c, s, mi, ci, se, ty, co, ex, cr)`,
-		convs, seqs, msgIDs, clientIDs, senders, types, contents, extras, created)
+			$7::bytea[], $8::bytea[], $9::bigint[], $10::text[]) AS v(c, s, mi, ci, se, ty, co, ex, cr, mn)`,
+		convs, seqs, msgIDs, clientIDs, senders, types, contents, extras, created, mentions)
 }
 
 // writeConversations raises max_seq and updated_at, and gives read-fanout conversations

@@ -38,7 +38,7 @@ const (
 // tolerates two runners for a few seconds (the pusher's cursors only move forward).
 //
 // release unlocks and closes the connection; lost is then left open. Close ends every lead
-// still held and closes its lost.
+// still held, closing its lost, and makes every Lead still waiting return ErrUnavailable.
 func (s *Store) Lead(ctx context.Context, name string) (lost <-chan struct{}, release func(), err error) {
 	what := fmt.Sprintf("lead %q", name)
 	if err := s.enter(what); err != nil {
@@ -49,7 +49,7 @@ func (s *Store) Lead(ctx context.Context, name string) (lost <-chan struct{}, re
 	if err != nil {
 		return nil, nil, translate(err, what)
 	}
-	key, err := acquire(ctx, conn, name)
+	key, err := acquire(ctx, conn, name, s.closing)
 	if err != nil {
 		closeConn(conn)
 		return nil, nil, translate(err, what)
@@ -78,8 +78,8 @@ func leadKey(schema, name string) int64 {
 }
 
 // acquire takes the advisory lock of the lead for name on conn, waiting for it until ctx
-// ends (its error), and returns its key.
-func acquire(ctx context.Context, conn *pgx.Conn, name string) (int64, error) {
+// ends (its error) or closing is closed, and returns its key.
+func acquire(ctx context.Context, conn *pgx.Conn, name string, closing <-chan struct{}) (int64, error) {
 	var schema string
 	if err := conn.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&schema); err != nil {
 		return 0, err
@@ -98,6 +98,9 @@ func acquire(ctx context.Context, conn *pgx.Conn, name string) (int64, error) {
 		case <-ctx.Done():
 			wait.Stop()
 			return 0, ctx.Err()
+		case <-closing:
+			wait.Stop()
+			return 0, unavailable("wait for the lead")
 		case <-wait.C:
 		}
 	}

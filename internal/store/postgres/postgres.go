@@ -92,9 +92,10 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 	// leads holds the leads Lead gave that are neither released nor lost (see Lead); nil
-	// once Close took them to end them.
-	leadMu sync.Mutex
-	leads  map[*lead]struct{}
+	// once Close took them to end them. closing is closed by Close, ending Leads that wait.
+	leadMu  sync.Mutex
+	leads   map[*lead]struct{}
+	closing chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -143,7 +144,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		apPool.Close()
 		return nil, err
 	}
-	s := &Store{opts: opts, pool: pool, connCfg: cfg.ConnConfig.Copy(), leads: make(map[*lead]struct{})}
+	s := &Store{opts: opts, pool: pool, connCfg: cfg.ConnConfig.Copy(), leads: make(map[*lead]struct{}),
+		closing: make(chan struct{})}
 	s.ap = newAppender(apPool, opts)
 	return s, nil
 }
@@ -330,6 +332,7 @@ func (s *Store) Close() error {
 		return unavailable("close")
 	}
 	s.closed = true
+	close(s.closing)
 	s.mu.Unlock()
 	s.leadMu.Lock()
 	leads := s.leads

@@ -46,15 +46,12 @@ func (t readTx) Mutes(ctx context.Context, userID string) ([]store.Mute, error) 
 
 // PutPushTarget implements store.PushWriter.
 func (t writeTx) PutPushTarget(ctx context.Context, p store.PushTarget) error {
-	_, err := t.tx.Exec(ctx, `INSERT INTO push_targets (`+pushCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	return t.upsert(ctx, fmt.Sprintf("put push target %q of user %q", p.DeviceID, p.UserID),
+		`INSERT INTO push_targets (`+pushCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (user_id, device_id) DO UPDATE SET provider = excluded.provider,
 		token = excluded.token, topic = excluded.topic, locale = excluded.locale,
 		registered_at = excluded.registered_at, cursor = excluded.cursor`,
 		p.UserID, p.DeviceID, p.Provider, p.Token, p.Topic, p.Locale, p.RegisteredAt, p.Cursor)
-	if err != nil {
-		return translate(err, fmt.Sprintf("put push target %q of user %q", p.DeviceID, p.UserID))
-	}
-	return nil
 }
 
 // DeletePushTarget implements store.PushWriter.
@@ -74,16 +71,22 @@ func (t writeTx) AdvancePushCursor(ctx context.Context, userID, deviceID string,
 
 // PutMute implements store.PushWriter.
 func (t writeTx) PutMute(ctx context.Context, m store.Mute) error {
-	_, err := t.tx.Exec(ctx, `INSERT INTO mutes (`+muteCols+`) VALUES ($1, $2, $3)
+	return t.upsert(ctx, fmt.Sprintf("put mute of conversation %q for user %q", m.ConvID, m.UserID),
+		`INSERT INTO mutes (`+muteCols+`) VALUES ($1, $2, $3)
 		ON CONFLICT (user_id, conv_id) DO UPDATE SET until = excluded.until`, m.UserID, m.ConvID, m.Until)
-	if err != nil {
-		return translate(err, fmt.Sprintf("put mute of conversation %q for user %q", m.ConvID, m.UserID))
-	}
-	return nil
 }
 
 // DeleteMute implements store.PushWriter.
 func (t writeTx) DeleteMute(ctx context.Context, userID, convID string) error {
 	tag, err := t.tx.Exec(ctx, `DELETE FROM mutes WHERE user_id = $1 AND conv_id = $2`, userID, convID)
 	return expectOne(tag, err, store.ErrNotFound, "delete mute of conversation %q for user %q", convID, userID)
+}
+
+// upsert runs an INSERT ... ON CONFLICT DO UPDATE, which touches one row whether it
+// inserts or overwrites; what describes it in an error.
+func (t writeTx) upsert(ctx context.Context, what, sql string, args ...any) error {
+	if _, err := t.tx.Exec(ctx, sql, args...); err != nil {
+		return translate(err, what)
+	}
+	return nil
 }

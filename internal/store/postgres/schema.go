@@ -34,6 +34,9 @@ func migrations() [][]string {
 			until   bigint NOT NULL,
 			PRIMARY KEY (user_id, conv_id)
 		)`,
+	}, {
+		// v3: the users a message mentions, a JSON array of user ids as text; NULL when none.
+		`ALTER TABLE messages ADD COLUMN mentions text`,
 	}}
 }
 

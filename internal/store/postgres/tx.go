@@ -17,7 +17,7 @@ const (
 	userCols   = `id, name, token_gen, created_at`
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
-	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled`
+	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions`
 )
 
 // readTx implements store.ReadTx on one PostgreSQL transaction.
@@ -227,9 +227,9 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 // InsertMessage implements store.MessageWriter.
 func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	tag, err := t.tx.Exec(ctx, `INSERT INTO messages (`+msgCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
 		m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID, m.ContentType, m.Content, m.Extra,
-		m.CreatedAt, m.Recalled)
+		m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions))
 	return expectOne(tag, err, store.ErrExists, "insert message %q/%d", m.ConvID, m.Seq)
 }
 
@@ -244,7 +244,7 @@ func (t writeTx) RecallMessage(ctx context.Context, convID string, seq int64) er
 // once per conversation, not copied into every member's log, so a recall shows in it.
 const eventsSQL = `SELECT e.cursor, e.type, e.conv_id, e.ts, e.seq, e.data,
 	m.msg_id, m.client_msg_id, m.sender_id, m.content_type, m.content, m.extra,
-	m.created_at, m.recalled
+	m.created_at, m.recalled, m.mentions
 	FROM events e LEFT JOIN messages m
 		ON e.type = $1 AND m.conv_id = e.conv_id AND m.seq = e.seq
 	WHERE e.user_id = $2 AND e.cursor > $3
@@ -267,15 +267,17 @@ func (t readTx) Events(ctx context.Context, userID string, after int64, limit in
 			createdAt                    *int64
 			recalled                     *bool
 			content, extra               []byte
+			mentions                     []string
 		)
 		if err := rows.Scan(&e.Cursor, &e.Type, &e.ConvID, &e.TS, &e.Seq, &e.Data, &msgID,
-			&clientMsgID, &senderID, &contentType, &content, &extra, &createdAt, &recalled); err != nil {
+			&clientMsgID, &senderID, &contentType, &content, &extra, &createdAt, &recalled,
+			sqlrow.MentionsDest(&mentions)); err != nil {
 			return nil, translate(err, what)
 		}
 		if msgID != nil {
 			e.Message = &store.Message{ConvID: e.ConvID, Seq: e.Seq, MsgID: *msgID, ClientMsgID: *clientMsgID,
 				SenderID: *senderID, ContentType: *contentType, Content: content, Extra: extra,
-				CreatedAt: *createdAt, Recalled: *recalled}
+				CreatedAt: *createdAt, Recalled: *recalled, Mentions: mentions}
 		}
 		es = append(es, e)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/sqlrow"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -30,6 +31,7 @@ type eventRow struct {
 	msgID, clientMsgID, senderID sql.NullString
 	contentType, createdAt       sql.NullInt64
 	recalled                     sql.NullBool
+	mentions                     []string
 }
 
 // messageBlock is how many messages readEvents allocates at once.
@@ -44,7 +46,8 @@ func readEvents(rows *sql.Rows, userID string, limit int) ([]store.Event, error)
 	defer rows.Close()
 	var r eventRow
 	dest := []any{&r.cursor, &r.typ, &r.convID, &r.ts, &r.seq, &r.data, &r.msgID,
-		&r.clientMsgID, &r.senderID, &r.contentType, &r.content, &r.extra, &r.createdAt, &r.recalled}
+		&r.clientMsgID, &r.senderID, &r.contentType, &r.content, &r.extra, &r.createdAt, &r.recalled,
+		sqlrow.MentionsDest(&r.mentions)}
 	es := make([]store.Event, 0, min(max(limit, 0), protocol.MaxSyncLimit+1))
 	var (
 		buf   []byte
@@ -72,6 +75,7 @@ func readEvents(rows *sql.Rows, userID string, limit int) ([]store.Event, error)
 				ConvID: e.ConvID, Seq: e.Seq, MsgID: r.msgID.String, ClientMsgID: r.clientMsgID.String,
 				SenderID: r.senderID.String, ContentType: int(r.contentType.Int64), Content: keep(r.content),
 				Extra: keep(r.extra), CreatedAt: r.createdAt.Int64, Recalled: r.recalled.Bool,
+				Mentions: r.mentions,
 			})
 			e.Message = &block[len(block)-1]
 		}

@@ -71,7 +71,7 @@ const (
 	userCols   = `id, name, token_gen, created_at`
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
-	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled`
+	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions`
 	pushCols   = `user_id, device_id, provider, token, topic, locale, registered_at, cursor`
 	muteCols   = `user_id, conv_id, until`
 )
@@ -122,7 +122,7 @@ func statementSQL() [numStmts]string {
 		stAdvancePositions: `UPDATE members SET read_seq = max(read_seq, ?1), delivered_seq = max(delivered_seq, ?2)
 			WHERE conv_id = ?3 AND user_id = ?4 AND (read_seq < ?1 OR delivered_seq < ?2)
 			RETURNING ` + memberCols,
-		stInsertMessage: `INSERT INTO messages (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		stInsertMessage: `INSERT INTO messages (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		stRecallMessage: `UPDATE messages SET content = NULL, extra = NULL, recalled = 1
 			WHERE conv_id = ? AND seq = ?`,
 		stAppendEvent: appendEventSQL,
@@ -171,7 +171,7 @@ const appendEventSQL = `INSERT INTO events (user_id, cursor, type, conv_id, ts, 
 // once per conversation, not copied into every member's log, so a recall shows in it.
 const eventsSQL = `SELECT e.cursor, e.type, e.conv_id, e.ts, e.seq, e.data,
 	m.msg_id, m.client_msg_id, m.sender_id, m.content_type, m.content, m.extra,
-	m.created_at, m.recalled
+	m.created_at, m.recalled, m.mentions
 	FROM events e LEFT JOIN messages m
 		ON e.type = ? AND m.conv_id = e.conv_id AND m.seq = e.seq
 	WHERE e.user_id = ? AND e.cursor > ?

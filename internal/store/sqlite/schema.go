@@ -44,6 +44,9 @@ func migrations() [][]string {
 			until   INTEGER NOT NULL,
 			PRIMARY KEY (user_id, conv_id)
 		) WITHOUT ROWID`,
+	}, {
+		// v6: the users a message mentions, a JSON array of user ids; NULL when none.
+		`ALTER TABLE messages ADD COLUMN mentions TEXT`,
 	}}
 }
 

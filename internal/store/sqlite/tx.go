@@ -247,7 +247,7 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 // InsertMessage implements store.MessageWriter.
 func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	_, err := t.q.exec(ctx, stInsertMessage, m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID,
-		m.ContentType, blob(m.Content), blob(m.Extra), m.CreatedAt, m.Recalled)
+		m.ContentType, blob(m.Content), blob(m.Extra), m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions))
 	if err != nil {
 		return t.q.fail(err, "insert message %q/%d", m.ConvID, m.Seq)
 	}

@@ -2,7 +2,12 @@
 // (SQLite and PostgreSQL), whose column lists name the same columns in the same order.
 package sqlrow
 
-import "github.com/parleychat/parley/internal/store"
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/parleychat/parley/internal/store"
+)
 
 // Row is one result row: database/sql's *sql.Row and *sql.Rows, pgx's Row and Rows.
 type Row interface{ Scan(dest ...any) error }
@@ -32,11 +37,11 @@ func Membership(r Row) (store.Membership, error) {
 }
 
 // Message reads conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content,
-// extra, created_at, recalled.
+// extra, created_at, recalled, mentions.
 func Message(r Row) (store.Message, error) {
 	var m store.Message
 	err := r.Scan(&m.ConvID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderID, &m.ContentType,
-		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled)
+		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled, MentionsDest(&m.Mentions))
 	return m, err
 }
 
@@ -54,6 +59,44 @@ func Mute(r Row) (store.Mute, error) {
 	var m store.Mute
 	err := r.Scan(&m.UserID, &m.ConvID, &m.Until)
 	return m, err
+}
+
+// MentionsValue is the mentions column of a message: NULL when there are none, else the
+// JSON array of the user ids, as text.
+func MentionsValue(mentions []string) *string {
+	if len(mentions) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(mentions) // a []string always encodes
+	s := string(b)
+	return &s
+}
+
+// MentionsDest is a scan destination (a sql.Scanner, which pgx honours too) that reads the
+// mentions column into *dst: nil for NULL.
+func MentionsDest(dst *[]string) any { return mentionsDest{dst} }
+
+type mentionsDest struct{ dst *[]string }
+
+func (d mentionsDest) Scan(src any) error {
+	var b []byte
+	switch v := src.(type) {
+	case nil:
+		*d.dst = nil
+		return nil
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	default:
+		return fmt.Errorf("sqlrow: mentions column holds a %T", src)
+	}
+	var ms []string
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return fmt.Errorf("sqlrow: mentions column: %w", err)
+	}
+	*d.dst = ms
+	return nil
 }
 
 func conversationDest(c *store.Conversation) []any {

@@ -65,6 +65,7 @@ func harnessTests() []struct {
 		{"Append/RowsAfterSends", testAppendRowsAfterSends},
 		{"Append/ReadFanout", testAppendReadFanout},
 		{"Append/ReadFanoutMarks", testReadFanoutMarks},
+		{"Append/MentionsReadFanout", testAppendMentionsReadFanout},
 		{"Lifecycle/DurableAcrossKill", testDurableAcrossKill},
 		{"GroupCommit/FailedUpdateUndoneAlone", testFailedUpdateUndoneAlone},
 		{"GroupCommit/QueuedUpdatesShareACommit", testQueuedUpdatesShareACommit},
@@ -73,5 +74,6 @@ func harnessTests() []struct {
 		{"GroupCommit/CloseDrainsQueuedUpdates", testCloseDrainsQueuedUpdates},
 		{"Concurrency/EventsOneUser", testConcurrentEventsOneUser},
 		{"Concurrency/MessagesOneConversation", testConcurrentMessagesOneConversation},
+		{"Push/ReopenKeeps", testPushReopenKeeps},
 	}
 }

@@ -43,12 +43,15 @@ func Run(t *testing.T, h Harness) {
 		{"Messages/Uniqueness", testMessageUniqueness},
 		{"Messages/Ranges", testMessageRanges},
 		{"Messages/Recall", testMessageRecall},
+		{"Messages/Mentions", testMessageMentions},
 		{"Append/Assigns", testAppendAssigns},
 		{"Append/Duplicate", testAppendDuplicate},
 		{"Append/NotMember", testAppendNotMember},
 		{"Append/FollowsUpdates", testAppendFollowsUpdates},
 		{"Append/Concurrent", testAppendConcurrent},
 		{"Append/StartedInOrder", testAppendStartedInOrder},
+		{"Append/MentionsWriteFanout", testAppendMentionsWriteFanout},
+		{"Append/MentionsConcurrent", testAppendMentionsConcurrent},
 		{"Events/AppendGapless", testEventAppendGapless},
 		{"Events/AppendUnknownUser", testEventAppendUnknownUser},
 		{"Events/Read", testEventsRead},
@@ -66,6 +69,7 @@ func Run(t *testing.T, h Harness) {
 		{"View/SeesReturnedUpdate", testViewSeesReturnedUpdate},
 		{"Close", testClose},
 	}
+	tests = append(tests, pushTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
