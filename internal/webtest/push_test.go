@@ -91,6 +91,9 @@ func TestWebPushNotification(t *testing.T) {
 	bob.screenshot("push-enable")
 	bob.click("Enable notifications", chromedp.CSS("#push-toggle"))
 	bob.waitJS("notifications on", `document.getElementById('push-toggle').dataset.state === 'on'`)
+	bob.do("phone viewport", chromedp.EmulateViewport(390, 760, chromedp.EmulateMobile))
+	bob.screenshot("push-on-phone")
+	bob.waitJS("the top bar fits a phone", `(() => { const b = document.querySelector('.topbar'); return b.scrollWidth <= b.clientWidth; })()`)
 	var subscribed struct {
 		UserVisibleOnly bool   `json:"userVisibleOnly"`
 		Key             string `json:"key"`
