@@ -135,7 +135,7 @@ func TestWebPushNotification(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if err := fake.WaitCount(ctx, 1); err != nil {
-		t.Fatalf("the push: %v (fake's errors: %v, requests %d %v)", err, fake.Errors(), fake.Requests(), fake.Statuses())
+		t.Fatalf("the push: %v (fake's errors: %v, requests %d)", err, fake.Errors(), fake.Requests())
 	}
 	m := fake.Messages()[0]
 	if m.SubscriptionID != fake.SubscriptionID(sub) || m.Data["type"] != "message" || m.Data["conv_id"] != conv.ConvID ||

@@ -1,7 +1,6 @@
 package pushtest
 
 import (
-	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/ecdh"
@@ -33,26 +32,22 @@ import (
 // test sees exactly what a browser's service worker would get. Its answers can be scripted:
 // failures with Retry-After for the next requests, a subscription gone (404 or 410), the
 // whole service down. It is safe for concurrent use; the crypto of a request runs outside
-// its lock, so it keeps up with thousands of concurrent pushes.
+// any lock, so it keeps up with thousands of concurrent pushes. Like the other fakes it
+// counts what it accepted by push_id (Count, Repeats, WaitCount) and has SetDown and Reset.
 type WebPush struct {
-	srv    *httptest.Server
+	fakeService[WebPushMessage, webPushReply]
 	origin string // scheme://host:port, the aud a VAPID token must carry
 
-	mu          sync.Mutex // guards the fields below
-	subs        map[string]*webPushSub
-	vapidKey    string // when set, the k every push must carry
-	down        bool
-	failLeft    int
-	failStatus  int
-	failRetry   string
-	requests    int
-	msgs        []WebPushMessage
-	seen        map[string]int // push_id -> pushes that carried it
-	count       int            // distinct push_ids (a push without one counts on its own)
-	repeats     int
-	errs        []string
-	changed     chan struct{} // closed and replaced when count changes
-	statusCount map[int]int
+	mu       sync.Mutex // guards the fields below
+	subs     map[string]*webPushSub
+	vapidKey string // when set, the k every push must carry
+	errs     []string
+}
+
+// webPushReply is a scripted answer (FailNext).
+type webPushReply struct {
+	status     int
+	retryAfter string
 }
 
 // webPushSub is one subscription's secrets, as a browser holds them.
@@ -81,7 +76,7 @@ type WebPushMessage struct {
 // closed when the test ends.
 func NewWebPush(tb testing.TB) *WebPush {
 	tb.Helper()
-	f := newWebPush()
+	f := &WebPush{subs: map[string]*webPushSub{}}
 	f.srv = httptest.NewServer(f)
 	f.origin = f.srv.URL
 	tb.Cleanup(f.srv.Close)
@@ -92,26 +87,11 @@ func NewWebPush(tb testing.TB) *WebPush {
 // TLSConfig().
 func NewWebPushTLS(tb testing.TB) *WebPush {
 	tb.Helper()
-	f := newWebPush()
-	f.srv = httptest.NewUnstartedServer(f)
-	f.srv.EnableHTTP2 = true
-	f.srv.StartTLS()
+	f := &WebPush{subs: map[string]*webPushSub{}}
+	f.srv = startFakeTLS(tb, f)
 	f.origin = f.srv.URL
-	tb.Cleanup(f.srv.Close)
 	return f
 }
-
-func newWebPush() *WebPush {
-	return &WebPush{
-		subs:        map[string]*webPushSub{},
-		seen:        map[string]int{},
-		changed:     make(chan struct{}),
-		statusCount: map[int]int{},
-	}
-}
-
-// URL is the fake's base URL.
-func (f *WebPush) URL() string { return f.srv.URL }
 
 // TLSConfig returns a client TLS configuration that trusts the fake: nil for plain HTTP.
 func (f *WebPush) TLSConfig() *tls.Config {
@@ -169,12 +149,11 @@ func (f *WebPush) RequireVAPIDKey(k string) {
 	f.mu.Unlock()
 }
 
-// FailNext answers the next k pushes, to any subscription, with status (429, 500, 503, …)
-// and, when retryAfter is not empty, that Retry-After header ("2" or an HTTP date).
+// FailNext answers the next k pushes to known subscriptions with status (429, 500, 503, …)
+// and, when retryAfter is not empty, that Retry-After header ("2" or an HTTP date). Scripts
+// queue up; Reset drops them.
 func (f *WebPush) FailNext(k, status int, retryAfter string) {
-	f.mu.Lock()
-	f.failLeft, f.failStatus, f.failRetry = k, status, retryAfter
-	f.mu.Unlock()
+	f.replies.add("", webPushReply{status: status, retryAfter: retryAfter}, max(k, 1))
 }
 
 // Unsubscribe makes every later push to subscription (its JSON, endpoint or id) answer
@@ -189,52 +168,8 @@ func (f *WebPush) Unsubscribe(subscription string, status int) {
 	}
 }
 
-// SetDown switches the down mode: while it is on, every push gets 503 with Retry-After: 1.
-func (f *WebPush) SetDown(down bool) {
-	f.mu.Lock()
-	f.down = down
-	f.mu.Unlock()
-}
-
 // Messages returns the pushes accepted so far, in the order they were, repeats included.
-func (f *WebPush) Messages() []WebPushMessage {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]WebPushMessage(nil), f.msgs...)
-}
-
-// Count is the number of distinct notifications accepted: pushes with the same push_id
-// count once.
-func (f *WebPush) Count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.count
-}
-
-// Repeats is the number of accepted pushes whose push_id had been accepted before.
-func (f *WebPush) Repeats() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.repeats
-}
-
-// Requests is the number of POSTs the fake answered, whatever it answered.
-func (f *WebPush) Requests() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests
-}
-
-// Statuses returns how many requests got each status.
-func (f *WebPush) Statuses() map[int]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m := make(map[int]int, len(f.statusCount))
-	for k, v := range f.statusCount {
-		m[k] = v
-	}
-	return m
-}
+func (f *WebPush) Messages() []WebPushMessage { return f.tally.list() }
 
 // Errors returns why the fake refused pushes that broke the protocol (a bad VAPID token, a
 // missing TTL, a body it could not decrypt): a test expecting none checks it is empty.
@@ -242,24 +177,6 @@ func (f *WebPush) Errors() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.errs...)
-}
-
-// WaitCount waits until Count() is at least n, or ctx ends (its error is returned, with the
-// count reached).
-func (f *WebPush) WaitCount(ctx context.Context, n int) error {
-	for {
-		f.mu.Lock()
-		c, ch := f.count, f.changed
-		f.mu.Unlock()
-		if c >= n {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("pushtest: %d of %d web pushes: %w", c, n, ctx.Err())
-		}
-	}
 }
 
 // ServeHTTP is the push service: POST /push/<id>.
@@ -273,9 +190,10 @@ func (f *WebPush) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	f.tally.request()
 	sub, status, retry := f.script(id)
 	if status != 0 {
-		f.answer(w, status, retry, "scripted")
+		answer(w, status, retry, "scripted")
 		return
 	}
 	m, status, err := f.check(r, body, sub)
@@ -283,59 +201,42 @@ func (f *WebPush) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.errs = append(f.errs, fmt.Sprintf("%d: %v", status, err))
 		f.mu.Unlock()
-		f.answer(w, status, "", err.Error())
+		answer(w, status, "", err.Error())
 		return
 	}
-	f.record(m)
+	f.tally.accept(m.Data["push_id"], m)
 	w.Header().Set("Location", f.srv.URL+"/message/"+rand.Text())
-	f.answer(w, http.StatusCreated, "", "")
+	answer(w, http.StatusCreated, "", "")
 }
 
-// script counts the request and returns its subscription, or the scripted answer.
+// script returns the request's subscription, or the status (and Retry-After) to answer
+// instead: 503 while down, 404 for an unknown subscription, its status for one that is gone,
+// then what FailNext queued.
 func (f *WebPush) script(id string) (*webPushSub, int, string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.requests++
-	sub := f.subs[id]
-	switch {
-	case f.down:
+	if f.replies.isDown() {
 		return nil, http.StatusServiceUnavailable, "1"
-	case f.failLeft > 0:
-		f.failLeft--
-		return nil, f.failStatus, f.failRetry
+	}
+	f.mu.Lock()
+	sub := f.subs[id]
+	f.mu.Unlock()
+	switch {
 	case sub == nil:
 		return nil, http.StatusNotFound, ""
 	case sub.goneWith != 0:
 		return nil, sub.goneWith, ""
 	}
+	if r, ok := f.replies.next(id); ok && (r.status < 200 || r.status > 299) {
+		return nil, r.status, r.retryAfter
+	}
 	return sub, 0, ""
 }
 
-func (f *WebPush) answer(w http.ResponseWriter, status int, retryAfter, msg string) {
-	f.mu.Lock()
-	f.statusCount[status]++
-	f.mu.Unlock()
+func answer(w http.ResponseWriter, status int, retryAfter, msg string) {
 	if retryAfter != "" {
 		w.Header().Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, msg)
-}
-
-// record keeps an accepted message and wakes WaitCount.
-func (f *WebPush) record(m WebPushMessage) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.msgs = append(f.msgs, m)
-	id := m.Data["push_id"]
-	f.seen[id]++
-	if id != "" && f.seen[id] > 1 {
-		f.repeats++
-		return
-	}
-	f.count++
-	close(f.changed)
-	f.changed = make(chan struct{})
 }
 
 // check verifies a push's headers and VAPID token and decrypts its body; on failure it

@@ -157,7 +157,7 @@ func TestWebPushRefuses(t *testing.T) {
 	}
 }
 
-// TestWebPushScript: failures for the next k requests, a subscription gone, down mode.
+// TestWebPushScript: failures for the next k requests, a subscription gone, down mode, Reset.
 func TestWebPushScript(t *testing.T) {
 	f := pushtest.NewWebPush(t)
 	s := newSender(t, f)
@@ -190,12 +190,13 @@ func TestWebPushScript(t *testing.T) {
 	if code, _ := s.send(t, sub, data, nil); code != 201 {
 		t.Errorf("a repeat: %d", code)
 	}
-	want := map[int]int{429: 2, 201: 2, 503: 1, 410: 1, 404: 1}
-	if got := f.Statuses(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("Statuses %v, want %v", got, want)
+	f.FailNext(5, http.StatusServiceUnavailable, "")
+	f.Reset() // drops the script
+	if code, _ := s.send(t, sub, map[string]string{"push_id": "q"}, nil); code != 201 {
+		t.Errorf("after Reset: %d", code)
 	}
-	if f.Count() != 1 || f.Repeats() != 1 || len(f.Messages()) != 2 || f.Requests() != 7 {
-		t.Errorf("Count %d Repeats %d Messages %d Requests %d, want 1 1 2 7", f.Count(), f.Repeats(), len(f.Messages()), f.Requests())
+	if f.Count() != 2 || f.Repeats() != 1 || len(f.Messages()) != 3 || f.Requests() != 8 {
+		t.Errorf("Count %d Repeats %d Messages %d Requests %d, want 2 1 3 8", f.Count(), f.Repeats(), len(f.Messages()), f.Requests())
 	}
 }
 
