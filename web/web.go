@@ -1,7 +1,8 @@
 // Package web is Parley's browser client: a page, a stylesheet and plain ES modules (the
 // reference JavaScript SDK in static/sdk/parley.js and the page's app.js), embedded in the
 // binary and served as they are. There is no build step and nothing is fetched from another
-// host at run time. The gateway mounts Handler at "/" (the page) and "/static/" (its files).
+// host at run time. The gateway mounts Handler at "/" (the page), "/sw.js" (the service
+// worker) and "/static/" (its files).
 package web
 
 import (
@@ -77,14 +78,21 @@ var loadAssets = sync.OnceValue(func() map[string]asset {
 	return out
 })
 
-// Handler serves the client: "/" is index.html and "/static/<name>" the other files. Files
+// Handler serves the client: "/" is index.html, "/sw.js" the service worker that shows Web
+// Push notifications (served from the root so that its scope is "/"), and "/static/<name>"
+// the other files. Files
 // are revalidated on every load (Cache-Control: no-cache with a content ETag), so a new
 // binary's client is picked up at once. Unknown files are a JSON 404 like the API's.
 func Handler() http.Handler {
 	assets := loadAssets()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := "index.html"
-		if r.URL.Path != "/" {
+		var name string
+		switch r.URL.Path {
+		case "/":
+			name = "index.html"
+		case "/sw.js":
+			name = "sw.js" // at the root, so that its scope is the whole app
+		default:
 			name = strings.TrimPrefix(r.URL.Path, "/static/")
 		}
 		a, ok := assets[name]

@@ -12,12 +12,13 @@ import (
 	"github.com/parleychat/parley/web"
 )
 
-// webRoutes registers the browser client (package web) at "/" and "/static/", and, only when
+// webRoutes registers the browser client (package web) at "/", "/sw.js" and "/static/", and, only when
 // Config.DevLogin is set, the development sign-in endpoint: without the flag it does not
 // exist (404).
 func (g *Gateway) webRoutes() {
 	client := g.timely(web.Handler())
 	g.mux.Handle("GET /{$}", client)
+	g.mux.Handle("GET /sw.js", client) // the service worker, whose scope is the path it is served from
 	g.mux.Handle("GET /static/", client)
 	if g.cfg.DevLogin {
 		g.mux.HandleFunc("GET /v1/dev/login", g.devLoginInfo)

@@ -21,6 +21,8 @@ func TestWebClientRoutes(t *testing.T) {
 		{"sdk", "/static/sdk/parley.js", 200, "text/javascript; charset=utf-8", "export class ParleyClient"},
 		{"app", "/static/app.js", 200, "text/javascript; charset=utf-8", "from './sdk/parley.js'"},
 		{"css", "/static/app.css", 200, "text/css; charset=utf-8", ":root"},
+		{"service worker at the root", "/sw.js", 200, "text/javascript; charset=utf-8", "addEventListener('push'"},
+		{"push setup", "/static/push.js", 200, "text/javascript; charset=utf-8", "export class WebPushSetup"},
 		{"unknown file", "/static/nope.js", 404, "application/json", `"code":404`},
 		{"no directory listing", "/static/", 404, "application/json", `"code":404`},
 		{"other paths are not the page", "/index.html", 404, "application/json", "no such endpoint"},

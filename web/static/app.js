@@ -6,12 +6,19 @@
 // each tab can be a different device; the synced state lives in localStorage (see the SDK).
 
 import { ParleyClient, MsgState, messageText } from './sdk/parley.js';
+import { WebPushSetup } from './push.js';
 
 const $ = (id) => document.getElementById(id);
 const SESSION_KEY = 'parley.session';
 const STATE_NAMES = { [MsgState.FAILED]: 'failed', [MsgState.SENDING]: 'sending', [MsgState.SENT]: 'sent', [MsgState.DELIVERED]: 'delivered', [MsgState.READ]: 'read', [MsgState.RECALLED]: 'recalled' };
 const TICKS = { sending: '◷', sent: '✓', delivered: '✓✓', read: '✓✓' };
 const TICK_LABELS = { sending: 'Sending', sent: 'Sent', delivered: 'Delivered', read: 'Read' };
+const PUSH_LABELS = {
+  off: ['Enable notifications', 'Get a notification for new messages while Parley is closed'],
+  on: ['Notifications on', 'Notifications are on for this device: click to turn them off'],
+  denied: ['Notifications blocked', 'This browser blocks notifications from this site: allow them in the site settings'],
+  busy: ['Notifications…', ''],
+};
 
 const params = new URLSearchParams(location.search);
 const clientOptions = {
@@ -24,6 +31,7 @@ if (params.get('backoff')) {
 
 let client = null;
 let session = null;
+let pushSetup = null; // this device's Web Push (push.js), while signed in
 let openConv = null;
 let openedAt = null; // conv_id the chat view was last set up for
 let renderQueued = false;
@@ -113,6 +121,10 @@ async function signOut(message = '') {
   client = null;
   window.parleyClient = null;
   sessionStorage.removeItem(SESSION_KEY);
+  const p = pushSetup;
+  pushSetup = null;
+  renderPush('unavailable');
+  if (p) await p.disable().catch(() => { /* best effort: the server forgets the device's target anyway when the token ends */ });
   if (c) await c.forget();
   openConv = null;
   openedAt = null;
@@ -142,8 +154,49 @@ async function startApp(s) {
   client.addEventListener('autherror', () => signOut('Your session ended: the server refused the token. Sign in again.'));
   client.addEventListener('replaced', () => showNotice('This device connected from another tab or window, so this one stopped.'));
   renderStatus();
+  pushSetup = new WebPushSetup({ token: s.token, key: storageKey(s) });
+  initPush(pushSetup);
   await client.start();
   route();
+}
+
+// ---- Web Push: the "Enable notifications" button ----
+
+/** Shows the button once the state is known, and re-registers a subscription that is on. */
+async function initPush(p) {
+  let st;
+  try {
+    st = await p.refresh();
+  } catch {
+    st = 'off';
+  }
+  if (p === pushSetup) renderPush(st);
+}
+
+function renderPush(state) {
+  const b = $('push-toggle');
+  b.hidden = !PUSH_LABELS[state]; // unsupported by the browser, or off on the server
+  if (b.hidden) return;
+  b.dataset.state = state;
+  b.disabled = state === 'denied' || state === 'busy';
+  b.setAttribute('aria-pressed', String(state === 'on'));
+  [b.textContent, b.title] = PUSH_LABELS[state];
+}
+
+/** The button's click: the permission prompt needs this user gesture, so enable() is called at once. */
+async function togglePush() {
+  const p = pushSetup;
+  if (!p) return;
+  const on = $('push-toggle').dataset.state === 'on';
+  const pending = on ? p.disable().then(() => 'off') : p.enable();
+  renderPush('busy');
+  try {
+    const st = await pending;
+    if (p === pushSetup) renderPush(st);
+  } catch (e) {
+    if (p === pushSetup) renderPush(on ? 'on' : 'off');
+    showNotice(`Could not turn notifications ${on ? 'off' : 'on'}: ${e.message}`, false);
+  }
 }
 
 // ---- routing: #c=<conv_id> is the open conversation ----
@@ -194,8 +247,10 @@ function renderStatus() {
   el.textContent = status === 'online' ? (lp ? 'Online (long-poll)' : 'Online') : status === 'connecting' ? 'Connecting…' : 'Offline, retrying';
 }
 
-function showNotice(text) {
+/** Shows a notice; reconnect offers the button that starts the client again. */
+function showNotice(text, reconnect = true) {
   $('notice-text').textContent = text;
+  $('notice-action').hidden = !reconnect;
   $('notice').hidden = false;
 }
 
@@ -419,6 +474,12 @@ function bindApp() {
   window.addEventListener('popstate', route);
   document.addEventListener('visibilitychange', render);
   $('signout').addEventListener('click', () => signOut());
+  $('push-toggle').addEventListener('click', togglePush);
+  // A click on a notification (sw.js) asks an open page to show that conversation.
+  navigator.serviceWorker?.addEventListener('message', (e) => {
+    if (e.data?.type === 'open' && typeof e.data.conv_id === 'string' && client) openConversation(e.data.conv_id);
+  });
+  navigator.serviceWorker?.startMessages();
   $('notice-action').addEventListener('click', () => {
     $('notice').hidden = true;
     client?.start();
