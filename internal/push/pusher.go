@@ -1,6 +1,7 @@
 package push
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -829,10 +830,7 @@ func (p *Pusher) flush(ctx context.Context) {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b deviceKey) int { // one order for every flush: rows locked in it
-		if a.user != b.user {
-			return cmpString(a.user, b.user)
-		}
-		return cmpString(a.device, b.device)
+		return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(a.device, b.device))
 	})
 	err := p.o.Store.Update(ctx, func(tx store.Tx) error {
 		for _, k := range keys {
@@ -850,16 +848,6 @@ func (p *Pusher) flush(ctx context.Context) {
 		}
 		p.mu.Unlock()
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // backoff is the wait before attempt n (1, 2, …): doubling from min up to max, with full
