@@ -263,6 +263,12 @@ func (r *readConvs) notice(n protocol.NoticePush) {
 func (r *readConvs) push(m Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.holdLocked(m)
+}
+
+// holdLocked keeps m, a message above what the app has, until the messages below it are
+// handed over, and pulls what is missing. r.mu must be held.
+func (r *readConvs) holdLocked(m Message) {
 	rc := r.convLocked(m.ConvID)
 	if rc.started && m.Seq <= rc.have {
 		return
@@ -333,6 +339,15 @@ func (r *readConvs) event(ev SyncEvent) (deliver bool) {
 			if rc := r.convs[ev.ConvID]; rc != nil {
 				if m.Seq <= rc.have {
 					return false
+				}
+				if rc.started && m.Seq > rc.have+1 {
+					// A mention's event (section 10) past a gap: the messages below it may
+					// still be on their way in the room's pushes. Held as such a push is,
+					// it is handed over after them.
+					if msg, err := ev.Message(); err == nil {
+						r.holdLocked(msg)
+						return false
+					}
 				}
 				rc.have = m.Seq
 			}

@@ -344,3 +344,23 @@ func TestReadFanoutReopensAfterReconnectAndPassesReceipts(t *testing.T) {
 		t.Errorf("receipts %+v, want seq 4 read by 128 of 200", rs)
 	}
 }
+
+// TestReadFanoutMentionPastAGapWaitsForTheMessagesBelow: a mention puts a read-fanout
+// message in the user's log (protocol.md section 10); its event may arrive before the room's
+// push of the message below it. The message below is fetched and handed over first.
+func TestReadFanoutMentionPastAGapWaitsForTheMessagesBelow(t *testing.T) {
+	s := startReadSession(t, 0, Options{})
+	s.f.addGroupMessages("g1", 2)
+	s.f.briefs["g1"] = groupBrief(2, 2)
+	if _, err := s.c.OpenConversation(testCtx(t), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	s.expectSeqs(t, 1, 2)
+	s.f.addGroupMessages("g1", 4)
+	s.pushJSON(t, map[string]any{"op": "event", "event": map[string]any{
+		"cursor": 1, "type": "message", "conv_id": "g1", "ts": 1, "data": groupMsg("g1", 4, "bob")}})
+	s.expectSeqs(t, 3, 4)
+	s.pushMessage(t, 3) // the room's push, late: a repeat
+	s.pushMessage(t, 4)
+	s.stop(t)
+}

@@ -20,6 +20,10 @@ const FeedSubject = "parley.push"
 // connected device gets is 300 times longer.
 const feedEvery = 10 * time.Millisecond
 
+// FeedSettle is the Settle a pusher fed by other nodes uses: five feed intervals, for a
+// connection opened on another node just before an event to be known when it is decided.
+const FeedSettle = 5 * feedEvery
+
 // Feed links a node's chat service and gateway to the pusher on several nodes: every
 // node runs a Pusher, but only the leader's works (store.Leader), so each node forwards
 // its commits, registration changes and device presence to the bus, and applies those of

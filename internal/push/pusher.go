@@ -1,6 +1,7 @@
 package push
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -55,6 +56,10 @@ type Options struct {
 	// Grace is how long a live device (Presence) has to take an event before it is pushed
 	// anyway. Default 3 s.
 	Grace time.Duration
+	// Settle is how long after an event an offline device waits before it is pushed: on
+	// several nodes, the time it takes another node's news that the device connected there
+	// (Feed) to arrive. 0 on one node, where presence is known at once.
+	Settle time.Duration
 	// CollapseWindow is the least time between two pushes to one device: the messages that
 	// arrive meanwhile go out together, one notification per conversation. Default 1 s.
 	CollapseWindow time.Duration
@@ -575,11 +580,13 @@ func (w *pass) device(d *deviceState) time.Time {
 		if prov != nil && e.Cursor > taken {
 			switch {
 			case w.notifies(e):
+				wait := p.o.Settle
 				if live {
-					if due := time.UnixMilli(e.TS).Add(p.o.Grace); due.After(w.now) {
-						waitFor = due // the device may yet take it live
-						break
-					}
+					wait = p.o.Grace // the device may yet take it live
+				}
+				if due := time.UnixMilli(e.TS).Add(wait); wait > 0 && due.After(w.now) {
+					waitFor = due
+					break
 				}
 				if _, ok := latest[e.ConvID]; !ok {
 					order = append(order, e.ConvID)
@@ -823,10 +830,7 @@ func (p *Pusher) flush(ctx context.Context) {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b deviceKey) int { // one order for every flush: rows locked in it
-		if a.user != b.user {
-			return cmpString(a.user, b.user)
-		}
-		return cmpString(a.device, b.device)
+		return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(a.device, b.device))
 	})
 	err := p.o.Store.Update(ctx, func(tx store.Tx) error {
 		for _, k := range keys {
@@ -844,16 +848,6 @@ func (p *Pusher) flush(ctx context.Context) {
 		}
 		p.mu.Unlock()
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // backoff is the wait before attempt n (1, 2, …): doubling from min up to max, with full

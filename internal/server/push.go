@@ -63,7 +63,7 @@ func (c PushConfig) Validate() error {
 const previewChars = 100
 
 // newPusher makes the node's pusher with the providers cfg turns on.
-func newPusher(ctx context.Context, cfg Config, s *Server, secret func(string) (string, bool, error), presence *push.Presence) (*push.Pusher, error) {
+func newPusher(ctx context.Context, cfg Config, s *Server, secret func(string) (string, bool, error), presence *push.Presence, several bool) (*push.Pusher, error) {
 	providers, vapidPublic, err := newProviders(ctx, cfg.Push, secret)
 	if err != nil {
 		return nil, err
@@ -72,6 +72,9 @@ func newPusher(ctx context.Context, cfg Config, s *Server, secret func(string) (
 		Grace: cfg.Push.Grace, VAPIDPublicKey: vapidPublic, Now: cfg.Now, Log: cfg.Logger, Obs: s.Metrics}
 	if cfg.Push.Content == "preview" {
 		o.Preview = previewChars
+	}
+	if several {
+		o.Settle = push.FeedSettle
 	}
 	return push.New(o), nil
 }

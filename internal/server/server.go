@@ -129,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.Service = chat.New(chat.Options{Store: st, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
 		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room, Bus: b})
 	presence := push.NewPresence(cfg.Now)
-	pusher, err := newPusher(ctx, cfg, s, secret, presence)
+	pusher, err := newPusher(ctx, cfg, s, secret, presence, b != nil)
 	if err != nil {
 		s.closeOwn()
 		return nil, err
