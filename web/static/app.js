@@ -479,7 +479,7 @@ function bindApp() {
   navigator.serviceWorker?.addEventListener('message', (e) => {
     if (e.data?.type === 'open' && typeof e.data.conv_id === 'string' && client) openConversation(e.data.conv_id);
   });
-  navigator.serviceWorker?.startMessages();
+  navigator.serviceWorker?.startMessages?.();
   $('notice-action').addEventListener('click', () => {
     $('notice').hidden = true;
     client?.start();
