@@ -20,6 +20,7 @@ import (
 // connected to another node than the pusher's is not pushed what it took there; and a
 // registration made on any node is pushed to.
 func TestPushCluster(t *testing.T) {
+	parleytest.OneNode(t, "it builds its cluster itself")
 	dir := t.TempDir()
 	url := pgtest.SchemaURL(t, dir)
 	prefix := bustest.RandomPrefix(t)
