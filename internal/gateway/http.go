@@ -569,6 +569,7 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 	if err != nil {
 		return 0, nil, err
 	}
+	g.presence.Took(me.UserID, me.DeviceID, cursor) // the device has what it syncs after
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(g.drainCtx, cancel)

@@ -23,6 +23,11 @@ type Push interface {
 type Presence interface {
 	Open(userID, deviceID string)
 	Close(userID, deviceID string)
+	// Sent: events up to cursor were written to the device's WebSocket (they count once
+	// the connection has stayed open a little while).
+	Sent(userID, deviceID string, cursor int64)
+	// Took: the device has the events up to cursor (a sync answered them, or it named
+	// the cursor).
 	Took(userID, deviceID string, cursor int64)
 }
 
@@ -31,6 +36,7 @@ type nopPresence struct{}
 
 func (nopPresence) Open(string, string)        {}
 func (nopPresence) Close(string, string)       {}
+func (nopPresence) Sent(string, string, int64) {}
 func (nopPresence) Took(string, string, int64) {}
 
 func (g *Gateway) pushRoutes() {

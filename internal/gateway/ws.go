@@ -118,6 +118,9 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
+	if cursor != nil {
+		g.presence.Took(me.UserID, me.DeviceID, *cursor) // the device has what it resumes after
+	}
 	c.order = g.upgrades.Add(1) // before the upgrade answers, so before any later dial starts
 	c.ws, err = g.upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -655,7 +658,7 @@ func (c *wsConn) writeAll() (open bool) {
 func (c *wsConn) tell() {
 	if c.last > c.told {
 		c.told = c.last
-		c.g.presence.Took(c.me.UserID, c.me.DeviceID, c.last)
+		c.g.presence.Sent(c.me.UserID, c.me.DeviceID, c.last)
 	}
 }
 

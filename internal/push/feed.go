@@ -41,6 +41,7 @@ type Feed struct {
 	mu      sync.Mutex
 	pending feedMsg             // all but Took
 	took    map[deviceKey]int64 // this interval's Took, highest cursor per device
+	sent    map[deviceKey]int64 // and Sent
 }
 
 // feedMsg is one node's news of one interval.
@@ -50,6 +51,7 @@ type feedMsg struct {
 	Opens   []feedDevice     `json:"o,omitempty"` // connections opened (Open), in order with Closes per device
 	Closes  []feedDevice     `json:"c,omitempty"`
 	Took    []feedDevice     `json:"t,omitempty"` // with Cursor
+	Sent    []feedDevice     `json:"s,omitempty"` // with Cursor
 }
 
 type feedDevice struct {
@@ -59,12 +61,13 @@ type feedDevice struct {
 }
 
 func (m *feedMsg) empty() bool {
-	return len(m.Wakes) == 0 && len(m.Reloads) == 0 && len(m.Opens) == 0 && len(m.Closes) == 0 && len(m.Took) == 0
+	return len(m.Wakes) == 0 && len(m.Reloads) == 0 && len(m.Opens) == 0 && len(m.Closes) == 0 &&
+		len(m.Took) == 0 && len(m.Sent) == 0
 }
 
 // NewFeed subscribes to the feed of the other nodes on b.
 func NewFeed(b bus.Bus, p *Pusher, pres *Presence, log *slog.Logger) (*Feed, error) {
-	f := &Feed{b: b, p: p, pres: pres, log: log, took: make(map[deviceKey]int64)}
+	f := &Feed{b: b, p: p, pres: pres, log: log, took: make(map[deviceKey]int64), sent: make(map[deviceKey]int64)}
 	if _, err := b.Subscribe(FeedSubject, f.receive); err != nil {
 		return nil, err
 	}
@@ -93,7 +96,11 @@ func (f *Feed) publish(ctx context.Context) {
 	for k, c := range f.took {
 		m.Took = append(m.Took, feedDevice{User: k.user, Device: k.device, Cursor: c})
 	}
+	for k, c := range f.sent {
+		m.Sent = append(m.Sent, feedDevice{User: k.user, Device: k.device, Cursor: c})
+	}
 	clear(f.took)
+	clear(f.sent)
 	f.mu.Unlock()
 	if m.empty() {
 		return
@@ -116,6 +123,9 @@ func (f *Feed) receive(data []byte) {
 	}
 	for _, d := range m.Opens {
 		f.pres.Open(d.User, d.Device)
+	}
+	for _, d := range m.Sent { // before the closes: a close settles what was sent before it
+		f.pres.Sent(d.User, d.Device, d.Cursor)
 	}
 	for _, d := range m.Closes {
 		f.pres.Close(d.User, d.Device)
@@ -183,5 +193,14 @@ func (f *Feed) Took(userID, deviceID string, cursor int64) {
 	k := deviceKey{userID, deviceID}
 	f.mu.Lock()
 	f.took[k] = max(f.took[k], cursor)
+	f.mu.Unlock()
+}
+
+// Sent is Presence.Sent here and on the other nodes.
+func (f *Feed) Sent(userID, deviceID string, cursor int64) {
+	f.pres.Sent(userID, deviceID, cursor)
+	k := deviceKey{userID, deviceID}
+	f.mu.Lock()
+	f.sent[k] = max(f.sent[k], cursor)
 	f.mu.Unlock()
 }

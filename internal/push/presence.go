@@ -32,9 +32,33 @@ type deviceKey struct{ user, device string }
 
 // seen is what presence knows of one device.
 type seen struct {
-	open  int       // open WebSockets and waiting long-polls
-	last  time.Time // when the last of them ended, or a sync answered
-	taken int64     // the highest cursor handed to the device
+	open    int        // open WebSockets and waiting long-polls
+	last    time.Time  // when the last of them ended, or a sync answered
+	taken   int64      // the highest cursor the device has, as far as the server can tell
+	pending []sentMark // written to a WebSocket, not yet counted as taken (Sent)
+}
+
+// sentMark is a cursor written to a device's WebSocket, and when.
+type sentMark struct {
+	cursor int64
+	at     time.Time
+}
+
+// sentSettle is how long a WebSocket must stay open after a write for the events written
+// to count as taken. A write that reached the kernel has not reached the device: a tab
+// closed at that moment loses it, and the device would then never be notified.
+const sentSettle = time.Second
+
+// maxPending bounds a device's unsettled writes; past it the oldest is settled early.
+const maxPending = 16
+
+// settle counts as taken the writes that stayed sentSettle on an open connection.
+func (s *seen) settle(now time.Time) {
+	i := 0
+	for ; i < len(s.pending) && now.Sub(s.pending[i].at) >= sentSettle; i++ {
+		s.taken = max(s.taken, s.pending[i].cursor)
+	}
+	s.pending = s.pending[i:]
 }
 
 // NewPresence returns an empty Presence on the given clock (nil: time.Now).
@@ -69,11 +93,34 @@ func (p *Presence) Close(userID, deviceID string) {
 	s := sh.get(userID, deviceID)
 	s.open = max(s.open-1, 0)
 	s.last = p.now()
+	s.settle(s.last)
+	s.pending = nil // written too shortly before the close to count: they may be lost
 	sh.mu.Unlock()
 }
 
-// Took records that the device was handed its user's events up to cursor (a push on its
-// WebSocket, a sync or long-poll answer).
+// Sent records that events up to cursor were written to one of the device's WebSockets.
+// They count as taken once the connection has stayed open sentSettle after the write.
+func (p *Presence) Sent(userID, deviceID string, cursor int64) {
+	sh := p.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s := sh.get(userID, deviceID)
+	now := p.now()
+	s.last = now
+	s.settle(now)
+	if n := len(s.pending); n > 0 && now.Sub(s.pending[n-1].at) < sentSettle/10 {
+		s.pending[n-1].cursor = max(s.pending[n-1].cursor, cursor) // one mark per 100 ms
+		return
+	}
+	if len(s.pending) == maxPending {
+		s.taken = max(s.taken, s.pending[0].cursor)
+		s.pending = s.pending[1:]
+	}
+	s.pending = append(s.pending, sentMark{cursor, now})
+}
+
+// Took records that the device has its user's events up to cursor: a sync or long-poll
+// answered them, or the device named cursor as where it is.
 func (p *Presence) Took(userID, deviceID string, cursor int64) {
 	sh := p.shard(userID)
 	sh.mu.Lock()
@@ -93,7 +140,9 @@ func (p *Presence) state(userID, deviceID string, grace time.Duration) (live boo
 	if s == nil {
 		return false, 0
 	}
-	return s.open > 0 || p.now().Sub(s.last) < grace, s.taken
+	now := p.now()
+	s.settle(now)
+	return s.open > 0 || now.Sub(s.last) < grace, s.taken
 }
 
 // forget drops what is known of a device that is neither open nor recently seen: the map
