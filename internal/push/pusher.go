@@ -841,7 +841,9 @@ func (p *Pusher) flush(ctx context.Context) {
 		return nil
 	})
 	if err != nil {
-		p.o.Log.Error("push: write cursors", "devices", len(keys), "err", err)
+		if ctx.Err() == nil { // stopping: the last flush, on a live context, writes them
+			p.o.Log.Error("push: write cursors", "devices", len(keys), "err", err)
+		}
 		p.mu.Lock()
 		for k, c := range dirty {
 			p.dirty[k] = max(p.dirty[k], c)
