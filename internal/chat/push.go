@@ -276,7 +276,7 @@ func (s *Service) MuteState(ctx context.Context, me Identity, convID string) (pr
 // Badge is the user's unread total over the conversations of their list that are not
 // muted: the number an app shows on its icon.
 func (s *Service) Badge(ctx context.Context, userID string) (int, error) {
-	var n int64
+	var n int
 	err := s.view(ctx, "badge", func(tx store.ReadTx) error {
 		mutes, err := tx.Mutes(ctx, userID)
 		if err != nil {
@@ -287,14 +287,22 @@ func (s *Service) Badge(ctx context.Context, userID string) (int, error) {
 		for _, m := range mutes {
 			muted[m.ConvID] = m.Until > now
 		}
-		ms, err := visibleMemberships(ctx, tx, userID, pageKey{})
-		for _, m := range ms {
-			if !muted[m.ConvID] {
-				n += max(unreadOf(m.Conversation, m.Member), 0)
-			}
-		}
+		n, err = s.BadgeIn(ctx, tx, userID, muted)
 		return err
 	})
+	return n, err
+}
+
+// BadgeIn is Badge read in tx, with the user's muted conversations already known: the
+// pusher reads it in the transaction that reads the user's log.
+func (s *Service) BadgeIn(ctx context.Context, tx store.ReadTx, userID string, muted map[string]bool) (int, error) {
+	var n int64
+	ms, err := visibleMemberships(ctx, tx, userID, pageKey{})
+	for _, m := range ms {
+		if !muted[m.ConvID] {
+			n += max(unreadOf(m.Conversation, m.Member), 0)
+		}
+	}
 	return int(min(n, 1<<31-1)), err
 }
 

@@ -139,7 +139,7 @@ func New() *Metrics {
 		pushLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "parley_push_lag_seconds",
 			Help:    "Time from an event's commit to the provider's acceptance of its push.",
-			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30, 60, 300, 3600},
 		}),
 	}
 	m.reg.MustRegister(

@@ -38,6 +38,9 @@ func (o *lagObs) PushTokenRemoved(string, string) {}
 type benchFacts struct{}
 
 func (benchFacts) Badge(context.Context, string) (int, error) { return 1, nil }
+func (benchFacts) BadgeIn(context.Context, store.ReadTx, string, map[string]bool) (int, error) {
+	return 1, nil
+}
 func (benchFacts) Name(context.Context, string) (string, error) {
 	return "Sender", nil
 }

@@ -44,7 +44,11 @@ func NewConns(c *http.Client, n int) *Conns {
 	cs := &Conns{clients: make([]*http.Client, n)}
 	for i := range cs.clients {
 		cc := *base
-		cc.Transport = tr.Clone()
+		t := tr.Clone()
+		// One connection each: without the bound, a burst that finds no connection yet
+		// dials one per request (each a TLS handshake) before HTTP/2 multiplexes them.
+		t.MaxConnsPerHost = 1
+		cc.Transport = t
 		cs.clients[i] = &cc
 	}
 	return cs

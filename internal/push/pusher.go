@@ -24,6 +24,8 @@ import (
 type Facts interface {
 	// Badge returns the user's unread total, muted conversations left out.
 	Badge(ctx context.Context, userID string) (int, error)
+	// BadgeIn is Badge read in tx, the muted conversations given.
+	BadgeIn(ctx context.Context, tx store.ReadTx, userID string, muted map[string]bool) (int, error)
 	// Name returns the user's display name.
 	Name(ctx context.Context, userID string) (string, error)
 }
@@ -513,28 +515,33 @@ func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState)
 	for _, d := range devices {
 		from = min(from, d.cursor)
 	}
-	var evs []store.Event
-	var mutes []store.Mute
+	w := &pass{p: p, ctx: ctx, uid: uid, badge: -1, muted: make(map[string]bool)}
 	err = p.o.Store.View(ctx, func(tx store.ReadTx) error {
 		var err error
-		if evs, err = tx.Events(ctx, uid, from, batch); err != nil {
+		if w.evs, err = tx.Events(ctx, uid, from, batch); err != nil || len(w.evs) == 0 {
 			return err
 		}
-		mutes, err = tx.Mutes(ctx, uid)
+		mutes, err := tx.Mutes(ctx, uid)
+		if err != nil {
+			return err
+		}
+		w.now = p.o.Now()
+		nowMS := w.now.UnixMilli()
+		for _, m := range mutes {
+			if m.Until > nowMS {
+				w.muted[m.ConvID] = true
+			}
+		}
+		if slices.ContainsFunc(w.evs, func(e store.Event) bool { return w.notifies(&e) || e.Type == "read" }) {
+			// Likely to be sent: the badge from the same snapshot, in the same transaction.
+			w.badge, err = p.o.Facts.BadgeIn(ctx, tx, uid, w.muted)
+		}
 		return err
 	})
-	if err != nil || len(evs) == 0 {
+	if err != nil || len(w.evs) == 0 {
 		return false, time.Time{}, err
 	}
-	more = len(evs) == batch
-	w := &pass{p: p, ctx: ctx, uid: uid, evs: evs, now: p.o.Now(), badge: -1}
-	w.muted = make(map[string]bool)
-	nowMS := w.now.UnixMilli()
-	for _, m := range mutes {
-		if m.Until > nowMS {
-			w.muted[m.ConvID] = true
-		}
-	}
+	more = len(w.evs) == batch
 	for i := range devices {
 		if t := w.device(&devices[i]); !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t

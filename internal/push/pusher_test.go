@@ -65,6 +65,9 @@ func (o *testObs) PushTokenRemoved(provider, reason string) { o.removed <- reaso
 type fakeFacts struct{}
 
 func (fakeFacts) Badge(ctx context.Context, userID string) (int, error) { return 7, nil }
+func (fakeFacts) BadgeIn(context.Context, store.ReadTx, string, map[string]bool) (int, error) {
+	return 7, nil
+}
 func (fakeFacts) Name(ctx context.Context, userID string) (string, error) {
 	return "Name of " + userID, nil
 }
