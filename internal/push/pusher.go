@@ -254,8 +254,18 @@ func (p *Pusher) run(ctx context.Context) error {
 			b.stop()
 		}
 	}()
-	if err := p.sweep(ctx); err != nil {
-		return err
+	for { // the targets first: a store that is not there yet is waited for, not given up on
+		err := p.sweep(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		p.o.Log.Error("push: read the registrations (trying again)", "err", err)
+		if !sleep(ctx, p.o.MinBackoff) {
+			return nil
+		}
 	}
 	var wg sync.WaitGroup
 	for range p.o.Workers {

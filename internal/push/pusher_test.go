@@ -463,3 +463,48 @@ func TestProviderDownThenBack(t *testing.T) {
 		}
 	}
 }
+
+// giveUpObs tells the test of pushes given up.
+type giveUpObs struct {
+	testObs
+	gaveUp chan struct{}
+}
+
+func (o *giveUpObs) PushGaveUp(string) { o.gaveUp <- struct{}{} }
+
+// TestGiveUpAfterTheLimit: a push that still fails for now past GiveUpAfter is dropped
+// and the device's cursor moves on, so the next message is pushed.
+func TestGiveUpAfterTheLimit(t *testing.T) {
+	w := newWorld(t, t.TempDir(), Options{})
+	w.stop()
+	obs := &giveUpObs{testObs: testObs{removed: make(chan string, 1)}, gaveUp: make(chan struct{}, 16)}
+	w.obs = &obs.testObs
+	w.pres = NewPresence(nil)
+	w.p = New(Options{Store: w.st, Facts: fakeFacts{}, Providers: map[string]Provider{FCM: w.prov}, Presence: w.pres, Obs: obs,
+		GiveUpAfter: time.Millisecond, CollapseWindow: time.Nanosecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.p.Run(ctx) }()
+	w.stop = func() { cancel(); <-done }
+	w.prov.setAnswer(func(n Notification) Result {
+		if n.ConvID == "d1" {
+			return Result{Outcome: Retry, Status: 503}
+		}
+		return Result{Outcome: Delivered}
+	})
+	res := w.send("d1")
+	w.prov.next(t)
+	select {
+	case <-obs.gaveUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not given up")
+	}
+	w.send("d2")
+	if n := w.prov.next(t); n.ConvID != "d2" {
+		t.Fatalf("after giving up, got %+v, want d2's message", n)
+	}
+	w.stop()
+	if c := w.pushCursor(); c <= bobCursor(res) {
+		t.Fatalf("cursor %d, want past the given-up event %d", c, bobCursor(res))
+	}
+}
