@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/parleychat/parley/internal/push/pushtest"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store"
-	"github.com/parleychat/parley/protocol"
 )
 
 // BenchmarkPushFanoutNode is issue 11's first figure through a whole node: 10,000 offline
@@ -36,31 +34,7 @@ func BenchmarkPushFanoutNode(b *testing.B) {
 		}
 		ctx := context.Background()
 		err = st.Update(ctx, func(tx store.Tx) error {
-			if err := tx.CreateUser(ctx, store.User{ID: "sender", Name: "Sender", TokenGen: 1}); err != nil {
-				return err
-			}
-			for g := range groups {
-				c := fmt.Sprintf("g_bench%02d", g)
-				if err := tx.CreateConversation(ctx, store.Conversation{ID: c, Type: protocol.TypeGroup, Name: c, OwnerID: "sender", MembersCount: size + 1}); err != nil {
-					return err
-				}
-				if err := tx.PutMember(ctx, store.Member{ConvID: c, UserID: "sender", Ordinal: 1}); err != nil {
-					return err
-				}
-				for j := range size {
-					u := fmt.Sprintf("u%05d", g*size+j)
-					if err := tx.CreateUser(ctx, store.User{ID: u, Name: u, TokenGen: 1}); err != nil {
-						return err
-					}
-					if err := tx.PutMember(ctx, store.Member{ConvID: c, UserID: u, Ordinal: int64(j + 2)}); err != nil {
-						return err
-					}
-					if err := tx.PutPushTarget(ctx, store.PushTarget{UserID: u, DeviceID: "phone", Provider: push.FCM, Token: "tok-" + u, RegisteredAt: 1}); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
+			return pushtest.AddFanout(ctx, tx, groups, size, push.FCM)
 		})
 		if err == nil {
 			err = st.Close()
@@ -77,7 +51,7 @@ func BenchmarkPushFanoutNode(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		for g := range groups {
-			n.ok(b, "POST", "/v1/messages", sender, map[string]any{"conv_id": fmt.Sprintf("g_bench%02d", g),
+			n.ok(b, "POST", "/v1/messages", sender, map[string]any{"conv_id": pushtest.FanoutConv(g),
 				"client_msg_id": "m" + strconv.Itoa(g), "content_type": 1, "content": map[string]any{"text": "hi"}})
 		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -15,7 +15,6 @@ import (
 	"github.com/parleychat/parley/internal/push/pushtest"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/pebble"
-	"github.com/parleychat/parley/protocol"
 )
 
 // lagObs records the lag of every accepted push.
@@ -63,31 +62,7 @@ func fanoutWorld(b *testing.B, f *pushtest.FCM, prov push.Provider, obs ...push.
 	}
 	ctx := context.Background()
 	err = st.Update(ctx, func(tx store.Tx) error {
-		if err := tx.CreateUser(ctx, store.User{ID: "sender", Name: "Sender", TokenGen: 1}); err != nil {
-			return err
-		}
-		for g := range fanoutGroups {
-			c := fmt.Sprint("g", g)
-			if err := tx.CreateConversation(ctx, store.Conversation{ID: c, Type: protocol.TypeGroup, MembersCount: fanoutGroupSize + 1}); err != nil {
-				return err
-			}
-			if err := tx.PutMember(ctx, store.Member{ConvID: c, UserID: "sender", Ordinal: 1}); err != nil {
-				return err
-			}
-			for j := range fanoutGroupSize {
-				u := fmt.Sprint("u", g*fanoutGroupSize+j)
-				if err := tx.CreateUser(ctx, store.User{ID: u, Name: u, TokenGen: 1}); err != nil {
-					return err
-				}
-				if err := tx.PutMember(ctx, store.Member{ConvID: c, UserID: u, Ordinal: int64(j + 2)}); err != nil {
-					return err
-				}
-				if err := tx.PutPushTarget(ctx, store.PushTarget{UserID: u, DeviceID: "phone", Provider: push.FCM, Token: "tok-" + u, RegisteredAt: 1}); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return pushtest.AddFanout(ctx, tx, fanoutGroups, fanoutGroupSize, push.FCM)
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -107,7 +82,7 @@ func fanoutWorld(b *testing.B, f *pushtest.FCM, prov push.Provider, obs ...push.
 func commitFanout(b *testing.B, st store.Store, p *push.Pusher) {
 	ctx := context.Background()
 	for g := range fanoutGroups {
-		res, err := st.AppendMessage(ctx, store.Message{ConvID: fmt.Sprint("g", g), SenderID: "sender", ClientMsgID: fmt.Sprint("m", g),
+		res, err := st.AppendMessage(ctx, store.Message{ConvID: pushtest.FanoutConv(g), SenderID: "sender", ClientMsgID: fmt.Sprint("m", g),
 			MsgID: fmt.Sprint("id", g), ContentType: 1, Content: []byte(`{"text":"hi"}`), CreatedAt: time.Now().UnixMilli()})
 		if err != nil {
 			b.Error(err)
