@@ -47,7 +47,10 @@ func (s *Service) IssueToken(ctx context.Context, userID, deviceID string, ttl t
 	case ttl == 0:
 		ttl = s.cfg.DefaultTokenTTL
 	}
-	gen, err := s.tokenGen(ctx, userID)
+	// The generation is read from the store, not the cache: on several nodes this node may
+	// not have heard of a revocation made on another yet, and a token minted with the old
+	// generation would be refused by the nodes that have.
+	gen, err := s.storedGen(ctx, userID)
 	if err != nil {
 		return protocol.Token{}, err
 	}
@@ -64,6 +67,12 @@ func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
 	if g, ok := s.gens.Load(userID); ok {
 		return g.(int64), nil
 	}
+	return s.storedGen(ctx, userID)
+}
+
+// storedGen reads the user's token generation from the store and caches it, keeping a
+// higher one if a revocation raced with the read. ErrNotFound for an unknown user.
+func (s *Service) storedGen(ctx context.Context, userID string) (int64, error) {
 	var gen int64
 	err := s.view(ctx, "token generation", func(tx store.ReadTx) error {
 		u, err := loadUser(ctx, tx, userID)
@@ -73,9 +82,9 @@ func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Keep the higher generation if a revoke raced with this read.
-	actual, _ := s.gens.LoadOrStore(userID, gen)
-	return actual.(int64), nil
+	s.raiseGen(userID, gen)
+	g, _ := s.gens.Load(userID)
+	return g.(int64), nil
 }
 
 // Session is a verified token: the caller, and what CheckSession re-verifies while a
@@ -121,6 +130,11 @@ func (s *Service) CheckSession(ctx context.Context, sess Session) (time.Duration
 		return 0, fmt.Errorf("%w: %w", ErrUnauthorized, auth.ErrExpired)
 	}
 	gen, err := s.tokenGen(ctx, sess.UserID)
+	if err == nil && sess.gen > gen {
+		// A token newer than the generation this node knows: minted after a revocation
+		// (on another node) that has not reached this one yet. The store knows.
+		gen, err = s.storedGen(ctx, sess.UserID)
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return 0, fmt.Errorf("%w: unknown user", ErrUnauthorized)

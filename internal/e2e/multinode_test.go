@@ -357,3 +357,26 @@ func TestSingleNodeHealthzBus(t *testing.T) {
 		t.Fatalf("healthz bus %v, want none", got)
 	}
 }
+
+// TestNodesTokenAfterRevocationElsewhere: a token minted after a revocation is accepted by
+// every node, also by one that has not heard of the revocation (here the nodes share no
+// bus at all): minting reads the generation from the store, and a token newer than a
+// node's cached generation makes it read the store again.
+func TestNodesTokenAfterRevocationElsewhere(t *testing.T) {
+	ns := startNodes(t, 2, func(t *testing.T) bus.Bus {
+		m := bus.NewMemory(bus.MemoryOptions{}) // a bus of its own: the nodes hear nothing from each other
+		t.Cleanup(func() { m.Close() })
+		return m
+	})
+	a, b := ns[0], ns[1]
+	old := a.user(t, "bob")
+	a.ok(t, "GET", "/v1/me", old, nil)
+	b.ok(t, "GET", "/v1/me", old, nil) // b caches generation 1
+	a.ok(t, "POST", "/v1/admin/users/bob/revoke", a.AdminSecret, nil)
+	fresh := b.Token(t, "bob", "d2") // minted by the node that missed the revocation
+	for _, n := range ns {
+		n.ok(t, "GET", "/v1/me", fresh, nil)
+	}
+	a.fail(t, 401, "GET", "/v1/me", old, nil)
+	b.fail(t, 401, "GET", "/v1/me", old, nil) // b now knows generation 2
+}
