@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,28 +236,7 @@ func TestSendMissingTopicRejected(t *testing.T) {
 func TestSendConcurrent(t *testing.T) {
 	p, fake := newProvider(t)
 	const workers, each = 16, 25
-	var wg sync.WaitGroup
-	errs := make(chan push.Result, workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			tg := target(t)
-			for i := range each {
-				if res := p.Send(context.Background(), tg, note(w*each+i)); res.Outcome != push.Delivered {
-					errs <- res
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for res := range errs {
-		t.Errorf("Send = %+v", res)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := fake.WaitCount(ctx, workers*each); err != nil {
-		t.Fatal(err)
-	}
+	pushtest.SendAll(t, p, workers, each, func(int) push.Target { return target(t) }, note, fake.WaitCount)
 	if fake.Repeats() != 0 || fake.Tokens() != 1 {
 		t.Errorf("repeats %d, provider tokens %d; want 0 and 1", fake.Repeats(), fake.Tokens())
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,27 +192,7 @@ func TestSendNetworkError(t *testing.T) {
 func TestSendConcurrent(t *testing.T) {
 	p, fake := newProvider(t)
 	const workers, each = 16, 25
-	var wg sync.WaitGroup
-	failed := make(chan push.Result, workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				if res := p.Send(context.Background(), target(w), note(w*each+i)); res.Outcome != push.Delivered {
-					failed <- res
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(failed)
-	for res := range failed {
-		t.Errorf("Send = %+v", res)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := fake.WaitCount(ctx, workers*each); err != nil {
-		t.Fatal(err)
-	}
+	pushtest.SendAll(t, p, workers, each, target, note, fake.WaitCount)
 	if fake.Repeats() != 0 || fake.Mints() != 1 {
 		t.Errorf("repeats %d, tokens minted %d; want 0 and 1", fake.Repeats(), fake.Mints())
 	}

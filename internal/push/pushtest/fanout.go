@@ -3,7 +3,11 @@ package pushtest
 import (
 	"context"
 	"fmt"
+	"sync"
+	"testing"
+	"time"
 
+	"github.com/parleychat/parley/internal/push"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -41,4 +45,34 @@ func AddFanout(ctx context.Context, tx store.Tx, groups, size int, provider stri
 		}
 	}
 	return nil
+}
+
+// SendAll sends workers*each notifications through p from workers goroutines at once
+// (worker w sends note(w*each+i) to target(w)), fails tb for every one not delivered, and
+// waits until the fake counted them all (wait is its WaitCount).
+func SendAll(tb testing.TB, p push.Provider, workers, each int, target func(w int) push.Target,
+	note func(i int) push.Notification, wait func(context.Context, int) error) {
+	tb.Helper()
+	var wg sync.WaitGroup
+	failed := make(chan push.Result, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			tg := target(w)
+			for i := range each {
+				if res := p.Send(context.Background(), tg, note(w*each+i)); res.Outcome != push.Delivered {
+					failed <- res
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failed)
+	for res := range failed {
+		tb.Errorf("Send = %+v", res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := wait(ctx, workers*each); err != nil {
+		tb.Fatal(err)
+	}
 }
