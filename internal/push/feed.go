@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"encoding/json"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"time"
@@ -39,9 +40,28 @@ type Feed struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	pending feedMsg             // all but Took
-	took    map[deviceKey]int64 // this interval's Took, highest cursor per device
-	sent    map[deviceKey]int64 // and Sent
+	pending feedMsg // this interval's reloads, opens and closes (rare)
+
+	// The per-event and per-write news, sharded by user: every commit and every WebSocket
+	// write of the node adds to them, and one lock for all made the node's goroutines queue
+	// and sleep on it (a quarter of the CPU of a three-node run went to waking them).
+	seed   maphash.Seed
+	shards [feedShards]feedShard
+}
+
+const feedShards = 32
+
+// feedShard holds one interval's news of the users that hash to it.
+type feedShard struct {
+	mu    sync.Mutex
+	wakes map[string]int64    // user -> newest cursor
+	took  map[deviceKey]int64 // highest cursor per device
+	sent  map[deviceKey]int64
+	_     [40]byte // a shard to a cache line
+}
+
+func (f *Feed) shard(userID string) *feedShard {
+	return &f.shards[maphash.String(f.seed, userID)%feedShards]
 }
 
 // feedMsg is one node's news of one interval.
@@ -67,7 +87,10 @@ func (m *feedMsg) empty() bool {
 
 // NewFeed subscribes to the feed of the other nodes on b.
 func NewFeed(b bus.Bus, p *Pusher, pres *Presence, log *slog.Logger) (*Feed, error) {
-	f := &Feed{b: b, p: p, pres: pres, log: log, took: make(map[deviceKey]int64), sent: make(map[deviceKey]int64)}
+	f := &Feed{b: b, p: p, pres: pres, log: log, seed: maphash.MakeSeed()}
+	for i := range f.shards {
+		f.shards[i] = feedShard{wakes: make(map[string]int64), took: make(map[deviceKey]int64), sent: make(map[deviceKey]int64)}
+	}
 	if _, err := b.Subscribe(FeedSubject, f.receive); err != nil {
 		return nil, err
 	}
@@ -93,15 +116,27 @@ func (f *Feed) publish(ctx context.Context) {
 	f.mu.Lock()
 	m := f.pending
 	f.pending = feedMsg{}
-	for k, c := range f.took {
-		m.Took = append(m.Took, feedDevice{User: k.user, Device: k.device, Cursor: c})
-	}
-	for k, c := range f.sent {
-		m.Sent = append(m.Sent, feedDevice{User: k.user, Device: k.device, Cursor: c})
-	}
-	clear(f.took)
-	clear(f.sent)
 	f.mu.Unlock()
+	for i := range f.shards {
+		sh := &f.shards[i]
+		sh.mu.Lock()
+		for u, c := range sh.wakes {
+			if m.Wakes == nil {
+				m.Wakes = make(map[string]int64)
+			}
+			m.Wakes[u] = c
+		}
+		for k, c := range sh.took {
+			m.Took = append(m.Took, feedDevice{User: k.user, Device: k.device, Cursor: c})
+		}
+		for k, c := range sh.sent {
+			m.Sent = append(m.Sent, feedDevice{User: k.user, Device: k.device, Cursor: c})
+		}
+		clear(sh.wakes)
+		clear(sh.took)
+		clear(sh.sent)
+		sh.mu.Unlock()
+	}
 	if m.empty() {
 		return
 	}
@@ -114,8 +149,12 @@ func (f *Feed) publish(ctx context.Context) {
 	}
 }
 
-// receive applies another node's news.
+// receive applies another node's news, on the node that pushes; the others drop it
+// unread (a node that takes the lead later may push a device connected elsewhere once).
 func (f *Feed) receive(data []byte) {
+	if !f.p.Leading() {
+		return
+	}
 	var m feedMsg
 	if err := json.Unmarshal(data, &m); err != nil {
 		f.log.Warn("push: a malformed feed message", "err", err)
@@ -150,12 +189,10 @@ func (f *Feed) receive(data []byte) {
 // Notify is Pusher.Notify here and on the other nodes.
 func (f *Feed) Notify(userID string, cursor int64) {
 	f.p.Notify(userID, cursor)
-	f.mu.Lock()
-	if f.pending.Wakes == nil {
-		f.pending.Wakes = make(map[string]int64)
-	}
-	f.pending.Wakes[userID] = max(f.pending.Wakes[userID], cursor)
-	f.mu.Unlock()
+	sh := f.shard(userID)
+	sh.mu.Lock()
+	sh.wakes[userID] = max(sh.wakes[userID], cursor)
+	sh.mu.Unlock()
 }
 
 // Reload is Pusher.Reload here and on the other nodes.
@@ -190,17 +227,17 @@ func (f *Feed) Close(userID, deviceID string) {
 // are sent as its highest cursor.
 func (f *Feed) Took(userID, deviceID string, cursor int64) {
 	f.pres.Took(userID, deviceID, cursor)
-	k := deviceKey{userID, deviceID}
-	f.mu.Lock()
-	f.took[k] = max(f.took[k], cursor)
-	f.mu.Unlock()
+	k, sh := deviceKey{userID, deviceID}, f.shard(userID)
+	sh.mu.Lock()
+	sh.took[k] = max(sh.took[k], cursor)
+	sh.mu.Unlock()
 }
 
 // Sent is Presence.Sent here and on the other nodes.
 func (f *Feed) Sent(userID, deviceID string, cursor int64) {
 	f.pres.Sent(userID, deviceID, cursor)
-	k := deviceKey{userID, deviceID}
-	f.mu.Lock()
-	f.sent[k] = max(f.sent[k], cursor)
-	f.mu.Unlock()
+	k, sh := deviceKey{userID, deviceID}, f.shard(userID)
+	sh.mu.Lock()
+	sh.sent[k] = max(sh.sent[k], cursor)
+	sh.mu.Unlock()
 }

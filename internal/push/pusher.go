@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -130,6 +131,7 @@ type Pusher struct {
 	readyC  chan struct{} // signalled when ready grows
 	dirty   map[deviceKey]int64
 	running bool
+	leading atomic.Bool // run is working: this node pushes (Leading)
 
 	breakers map[string]*breaker // by provider
 
@@ -241,6 +243,8 @@ func (p *Pusher) run(ctx context.Context) error {
 	p.ready = nil
 	p.running = true
 	p.mu.Unlock()
+	p.leading.Store(true)
+	defer p.leading.Store(false)
 	defer func() {
 		p.mu.Lock()
 		p.running = false
@@ -292,6 +296,10 @@ func (p *Pusher) run(ctx context.Context) error {
 	p.flush(context.WithoutCancel(ctx))
 	return nil
 }
+
+// Leading reports whether this pusher is the one that pushes (on a store several nodes
+// share, the holder of the lead; on one node, while it runs).
+func (p *Pusher) Leading() bool { return p.leading.Load() }
 
 // Notify tells the pusher that userID's log has events up to cursor: the chat service
 // calls it after every commit that wrote events.
