@@ -227,17 +227,20 @@ func (f *Feed) Close(userID, deviceID string) {
 // are sent as its highest cursor.
 func (f *Feed) Took(userID, deviceID string, cursor int64) {
 	f.pres.Took(userID, deviceID, cursor)
-	k, sh := deviceKey{userID, deviceID}, f.shard(userID)
-	sh.mu.Lock()
-	sh.took[k] = max(sh.took[k], cursor)
-	sh.mu.Unlock()
+	f.raise(userID, deviceID, cursor, func(sh *feedShard) map[deviceKey]int64 { return sh.took })
 }
 
 // Sent is Presence.Sent here and on the other nodes.
 func (f *Feed) Sent(userID, deviceID string, cursor int64) {
 	f.pres.Sent(userID, deviceID, cursor)
+	f.raise(userID, deviceID, cursor, func(sh *feedShard) map[deviceKey]int64 { return sh.sent })
+}
+
+// raise keeps cursor as the device's highest in the map of its user's shard that which picks.
+func (f *Feed) raise(userID, deviceID string, cursor int64, which func(*feedShard) map[deviceKey]int64) {
 	k, sh := deviceKey{userID, deviceID}, f.shard(userID)
 	sh.mu.Lock()
-	sh.sent[k] = max(sh.sent[k], cursor)
+	m := which(sh)
+	m[k] = max(m[k], cursor)
 	sh.mu.Unlock()
 }
