@@ -6,15 +6,26 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley/internal/bus"
+	"github.com/parleychat/parley/internal/store"
 )
 
 // FeedSubject is the bus subject on which nodes tell each other what the one pushing node
 // needs to know: new events in users' logs, changed registrations, and which devices take
 // their events live on which node.
 const FeedSubject = "parley.push"
+
+// FeedReloadSubject carries, to every node, the ID of a user whose registrations changed
+// (the raw bytes of the ID): each node keeps the set of users with registrations, and sends
+// news only of them (see Feed).
+const FeedReloadSubject = "parley.push.reload"
+
+// registeredEvery is how often a node reads again which users have registrations: it drops
+// the users whose last registration went, and finds any whose reload the bus lost.
+const registeredEvery = 30 * time.Second
 
 // feedEvery is how often a node publishes what it gathered: one bus message per interval
 // per node however busy it is. It delays a push by at most that; the grace period a
@@ -31,8 +42,18 @@ const FeedSettle = 5 * feedEvery
 // the other nodes to its own Pusher and Presence. On one node there is no Feed: the chat
 // service and the gateway talk to the Pusher and Presence directly.
 //
+// News of a user without push registrations would reach a pusher that has nothing to do
+// with it, so a node sends news only of users in its set of registered users: read from
+// the store at start and every registeredEvery, and raised at once by every registration
+// change on any node (FeedReloadSubject). Until the first read every user counts. A
+// deployment whose users mostly have no registration (web clients, people who refused
+// notifications) then pays nothing per message for push; one where all have one pays what
+// the feed always cost.
+//
 // The bus may lose a message: a lost wake-up is found by the pusher's sweep, a lost
 // presence change costs a push to a device that had the event, or a grace period's delay.
+// A user's first registration reaches the other nodes a bus hop after its commit: an event
+// of that moment sent through another node is pushed by the sweep, up to SweepEvery later.
 type Feed struct {
 	b    bus.Bus
 	p    *Pusher
@@ -47,6 +68,8 @@ type Feed struct {
 	// and sleep on it (a quarter of the CPU of a three-node run went to waking them).
 	seed   maphash.Seed
 	shards [feedShards]feedShard
+
+	loaded atomic.Bool // the registered users were read once: until then every user counts
 }
 
 const feedShards = 32
@@ -57,7 +80,20 @@ type feedShard struct {
 	wakes map[string]int64    // user -> newest cursor
 	took  map[deviceKey]int64 // highest cursor per device
 	sent  map[deviceKey]int64
-	_     [40]byte // a shard to a cache line
+	// registered holds the shard's users with push registrations; touched, while the
+	// store is read again, the users marked meanwhile, which the new set must keep.
+	registered map[string]struct{}
+	touched    map[string]struct{}
+	_          [24]byte // a shard to a cache line
+}
+
+// wantsLocked reports whether the pusher needs news of userID. sh.mu must be held.
+func (sh *feedShard) wantsLocked(f *Feed, userID string) bool {
+	if !f.loaded.Load() {
+		return true
+	}
+	_, ok := sh.registered[userID]
+	return ok
 }
 
 func (f *Feed) shard(userID string) *feedShard {
@@ -89,18 +125,25 @@ func (m *feedMsg) empty() bool {
 func NewFeed(b bus.Bus, p *Pusher, pres *Presence, log *slog.Logger) (*Feed, error) {
 	f := &Feed{b: b, p: p, pres: pres, log: log, seed: maphash.MakeSeed()}
 	for i := range f.shards {
-		f.shards[i] = feedShard{wakes: make(map[string]int64), took: make(map[deviceKey]int64), sent: make(map[deviceKey]int64)}
+		f.shards[i] = feedShard{wakes: make(map[string]int64), took: make(map[deviceKey]int64), sent: make(map[deviceKey]int64),
+			registered: make(map[string]struct{})}
 	}
 	if _, err := b.Subscribe(FeedSubject, f.receive); err != nil {
+		return nil, err
+	}
+	if _, err := b.Subscribe(FeedReloadSubject, func(data []byte) { f.mark(string(data)) }); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// Run publishes what the node gathered every feedEvery until ctx ends.
+// Run publishes what the node gathered every feedEvery, and reads the registered users at
+// start and every registeredEvery, until ctx ends.
 func (f *Feed) Run(ctx context.Context) {
 	t := time.NewTicker(feedEvery)
 	defer t.Stop()
+	reg := time.NewTimer(0)
+	defer reg.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,8 +151,73 @@ func (f *Feed) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			f.publish(ctx)
+		case <-reg.C:
+			next := registeredEvery
+			if err := f.loadRegistered(ctx); err != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				f.log.Warn("push: read the registered users (every user's news is sent meanwhile)", "err", err)
+				if !f.loaded.Load() {
+					next = time.Second
+				}
+			}
+			reg.Reset(next)
 		}
 	}
+}
+
+// loadRegistered reads which users have push registrations and makes that the set, keeping
+// the users marked while it read.
+func (f *Feed) loadRegistered(ctx context.Context) error {
+	for i := range f.shards {
+		sh := &f.shards[i]
+		sh.mu.Lock()
+		sh.touched = make(map[string]struct{})
+		sh.mu.Unlock()
+	}
+	fresh := make([]map[string]struct{}, feedShards)
+	for i := range fresh {
+		fresh[i] = make(map[string]struct{})
+	}
+	err := eachTargetPage(ctx, f.p.o.Store, func(ts []store.PushTarget) {
+		for _, t := range ts {
+			fresh[maphash.String(f.seed, t.UserID)%feedShards][t.UserID] = struct{}{}
+		}
+	})
+	for i := range f.shards {
+		sh := &f.shards[i]
+		sh.mu.Lock()
+		if err == nil {
+			for u := range sh.touched {
+				fresh[i][u] = struct{}{}
+			}
+			sh.registered = fresh[i]
+		}
+		sh.touched = nil
+		sh.mu.Unlock()
+	}
+	if err != nil {
+		return err
+	}
+	f.loaded.Store(true)
+	return nil
+}
+
+// mark adds userID to the registered users: its registrations changed, here or on another
+// node. A user whose last registration went stays until the next read of the store, which
+// costs only news nobody needs meanwhile.
+func (f *Feed) mark(userID string) {
+	if userID == "" {
+		return
+	}
+	sh := f.shard(userID)
+	sh.mu.Lock()
+	sh.registered[userID] = struct{}{}
+	if sh.touched != nil {
+		sh.touched[userID] = struct{}{}
+	}
+	sh.mu.Unlock()
 }
 
 func (f *Feed) publish(ctx context.Context) {
@@ -186,17 +294,27 @@ func (f *Feed) receive(data []byte) {
 	}
 }
 
-// Notify is Pusher.Notify here and on the other nodes.
+// Notify is Pusher.Notify here and on the other nodes, for a user with registrations.
 func (f *Feed) Notify(userID string, cursor int64) {
-	f.p.Notify(userID, cursor)
 	sh := f.shard(userID)
 	sh.mu.Lock()
-	sh.wakes[userID] = max(sh.wakes[userID], cursor)
+	wants := sh.wantsLocked(f, userID)
+	if wants {
+		sh.wakes[userID] = max(sh.wakes[userID], cursor)
+	}
 	sh.mu.Unlock()
+	if wants {
+		f.p.Notify(userID, cursor)
+	}
 }
 
-// Reload is Pusher.Reload here and on the other nodes.
+// Reload is Pusher.Reload here and on the other nodes, which also count the user among
+// those with registrations from now on.
 func (f *Feed) Reload(ctx context.Context, userID string) error {
+	f.mark(userID)
+	if err := f.b.Publish(ctx, FeedReloadSubject, []byte(userID)); err != nil {
+		f.log.Warn("push: publish a registration change (the other nodes read it within a minute)", "user", userID, "err", err)
+	}
 	f.mu.Lock()
 	f.pending.Reloads = append(f.pending.Reloads, userID)
 	f.mu.Unlock()
@@ -223,24 +341,31 @@ func (f *Feed) Close(userID, deviceID string) {
 	f.mu.Unlock()
 }
 
-// Took is Presence.Took here and on the other nodes; one interval's calls for one device
-// are sent as its highest cursor.
+// Took is Presence.Took here and on the other nodes, for a user with registrations; one
+// interval's calls for one device are sent as its highest cursor.
 func (f *Feed) Took(userID, deviceID string, cursor int64) {
-	f.pres.Took(userID, deviceID, cursor)
-	f.raise(userID, deviceID, cursor, func(sh *feedShard) map[deviceKey]int64 { return sh.took })
+	if f.raise(userID, deviceID, cursor, func(sh *feedShard) map[deviceKey]int64 { return sh.took }) {
+		f.pres.Took(userID, deviceID, cursor)
+	}
 }
 
-// Sent is Presence.Sent here and on the other nodes.
+// Sent is Presence.Sent here and on the other nodes, for a user with registrations.
 func (f *Feed) Sent(userID, deviceID string, cursor int64) {
-	f.pres.Sent(userID, deviceID, cursor)
-	f.raise(userID, deviceID, cursor, func(sh *feedShard) map[deviceKey]int64 { return sh.sent })
+	if f.raise(userID, deviceID, cursor, func(sh *feedShard) map[deviceKey]int64 { return sh.sent }) {
+		f.pres.Sent(userID, deviceID, cursor)
+	}
 }
 
-// raise keeps cursor as the device's highest in the map of its user's shard that which picks.
-func (f *Feed) raise(userID, deviceID string, cursor int64, which func(*feedShard) map[deviceKey]int64) {
+// raise keeps cursor as the device's highest in the map of its user's shard that which
+// picks, if the pusher wants news of the user; it reports whether it does.
+func (f *Feed) raise(userID, deviceID string, cursor int64, which func(*feedShard) map[deviceKey]int64) bool {
 	k, sh := deviceKey{userID, deviceID}, f.shard(userID)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.wantsLocked(f, userID) {
+		return false
+	}
 	m := which(sh)
 	m[k] = max(m[k], cursor)
-	sh.mu.Unlock()
+	return true
 }

@@ -331,19 +331,8 @@ func (p *Pusher) Reload(ctx context.Context, userID string) error {
 // sweep reads every target, adds those it did not know and drops those removed, and works
 // on every user (each finds out from its log whether anything is pending).
 func (p *Pusher) sweep(ctx context.Context) error {
-	const page = 500
 	seen := make(map[string]bool)
-	afterUser, afterDevice := "", ""
-	for {
-		var ts []store.PushTarget
-		err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
-			var err error
-			ts, err = tx.PushTargetsAfter(ctx, afterUser, afterDevice, page)
-			return err
-		})
-		if err != nil {
-			return err
-		}
+	err := eachTargetPage(ctx, p.o.Store, func(ts []store.PushTarget) {
 		p.mu.Lock()
 		for i := 0; i < len(ts); {
 			j := i
@@ -360,10 +349,9 @@ func (p *Pusher) sweep(ctx context.Context) error {
 			i = j
 		}
 		p.mu.Unlock()
-		if len(ts) < page {
-			break
-		}
-		afterUser, afterDevice = ts[len(ts)-1].UserID, ts[len(ts)-1].DeviceID
+	})
+	if err != nil {
+		return err
 	}
 	p.mu.Lock()
 	for uid := range p.users {
@@ -373,6 +361,29 @@ func (p *Pusher) sweep(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+// eachTargetPage reads every push target of st, a page of them in each View (ordered by
+// user, then device), and hands each page to fn.
+func eachTargetPage(ctx context.Context, st store.Store, fn func([]store.PushTarget)) error {
+	const page = 500
+	afterUser, afterDevice := "", ""
+	for {
+		var ts []store.PushTarget
+		err := st.View(ctx, func(tx store.ReadTx) error {
+			var err error
+			ts, err = tx.PushTargetsAfter(ctx, afterUser, afterDevice, page)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		fn(ts)
+		if len(ts) < page {
+			return nil
+		}
+		afterUser, afterDevice = ts[len(ts)-1].UserID, ts[len(ts)-1].DeviceID
+	}
 }
 
 // targetsLocked returns the targets known for uid.
