@@ -248,14 +248,41 @@ func (c *coord) postgresSampler() func(ctx context.Context, m metricSet) {
 		c.note("PostgreSQL's CPU is not measured: %v", err)
 		cpu = false
 	}
+	natsLocal := c.cfg.Bus != "" && localNATS(c.cfg.Bus)
+	if natsLocal {
+		if _, err := natsCPU(); err != nil {
+			c.note("the NATS server's CPU is not measured: %v", err)
+			natsLocal = false
+		}
+	}
 	return func(ctx context.Context, m metricSet) {
 		if cpu {
 			if v, err := postgresCPU(); err == nil {
 				m[mPGCPU] = v
 			}
 		}
+		if natsLocal {
+			if v, err := natsCPU(); err == nil {
+				m[mNATSCPU] = v
+			}
+		}
 		c.cluster.pgStats(ctx, m)
 	}
+}
+
+// localNATS reports whether every server of a NATS URL list is on this machine.
+func localNATS(list string) bool {
+	for _, s := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return false
+		}
+		ip := net.ParseIP(u.Hostname())
+		if u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
 }
 
 // postgresFigures puts PostgreSQL's CPU and commits over the load (the window's samples)
@@ -270,10 +297,12 @@ func (c *coord) postgresFigures(r *Report, samples []sample) {
 		b, ok2 := last[k]
 		return b - a, ok1 && ok2
 	}
-	if cpu, ok := delta(mPGCPU); ok {
-		r.Extra["postgres_cpu_seconds"] = cpu
-		if r.Acked > 0 {
-			r.Extra["postgres_cpu_us_per_msg"] = 1e6 * cpu / float64(r.Acked)
+	for _, f := range []struct{ key, name string }{{mPGCPU, "postgres_cpu"}, {mNATSCPU, "nats_cpu"}} {
+		if cpu, ok := delta(f.key); ok {
+			r.Extra[f.name+"_seconds"] = cpu
+			if r.Acked > 0 {
+				r.Extra[f.name+"_us_per_msg"] = 1e6 * cpu / float64(r.Acked)
+			}
 		}
 	}
 	figures := []struct {

@@ -191,6 +191,19 @@ func TestStatTicks(t *testing.T) {
 	}
 }
 
+func TestLocalNATS(t *testing.T) {
+	for list, want := range map[string]bool{
+		"nats://127.0.0.1:4222":                      true,
+		"nats://localhost:4222, nats://[::1]:4223":   true,
+		"nats://127.0.0.1:4222,nats://10.0.0.3:4222": false,
+		"nats://nats.example.com:4222":               false,
+	} {
+		if got := localNATS(list); got != want {
+			t.Errorf("localNATS(%q) = %v, want %v", list, got, want)
+		}
+	}
+}
+
 func TestWithSearchPath(t *testing.T) {
 	got, err := withSearchPath("postgres://u@h:5432/db?sslmode=disable", "bench_x")
 	if err != nil || !strings.Contains(got, "search_path=bench_x") || !strings.Contains(got, "sslmode=disable") {

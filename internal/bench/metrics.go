@@ -121,6 +121,7 @@ type sample struct {
 // Figures of PostgreSQL that the sampler adds to a cluster's samples (see cluster.go).
 const (
 	mPGCPU     = "bench_postgres_cpu_seconds" // CPU of the postgres user's processes on this machine
+	mNATSCPU   = "bench_nats_cpu_seconds"     // CPU of the nats-server processes on this machine
 	mPGCommits = "bench_postgres_xact_commit" // transactions committed in the bench's database
 	mPGXid     = "bench_postgres_next_xid"    // the server's next transaction id
 	mPGWAL     = "bench_postgres_wal_bytes"   // the server's WAL insert position

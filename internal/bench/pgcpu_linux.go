@@ -26,6 +26,27 @@ func postgresCPU() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return processCPU("postgres user", func(pid string) bool {
+		fi, err := os.Stat("/proc/" + pid)
+		if err != nil {
+			return false // ended meanwhile
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		return ok && uint64(st.Uid) == uid
+	})
+}
+
+// natsCPU returns the CPU seconds used so far by the nats-server processes on this machine.
+func natsCPU() (float64, error) {
+	return processCPU("nats-server", func(pid string) bool {
+		comm, err := os.ReadFile("/proc/" + pid + "/comm")
+		return err == nil && strings.TrimSpace(string(comm)) == "nats-server"
+	})
+}
+
+// processCPU sums the CPU times of the processes in /proc that match picks; what names them
+// in the error when none is visible.
+func processCPU(what string, picks func(pid string) bool) (float64, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -33,14 +54,7 @@ func postgresCPU() (float64, error) {
 	var ticks int64
 	found := false
 	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		fi, err := os.Stat("/proc/" + e.Name())
-		if err != nil {
-			continue // ended meanwhile
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || uint64(st.Uid) != uid {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' || !picks(e.Name()) {
 			continue
 		}
 		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -54,7 +68,7 @@ func postgresCPU() (float64, error) {
 		}
 	}
 	if !found {
-		return 0, errors.New("no process of the postgres user is visible in /proc")
+		return 0, errors.New("no process of the " + what + " is visible in /proc")
 	}
 	return float64(ticks) / clockTicks, nil
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,6 +58,21 @@ type NATS struct {
 
 	mu       sync.RWMutex                        // guards handlers
 	handlers map[*nats.Subscription]func([]byte) // until Unsubscribe
+
+	// Publishes go out in bursts (see Publish): queued under pubMu, handed to nats.go by
+	// one goroutine, woken through pubWake, under sendMu (which also orders Flush's own
+	// hand-over with it).
+	pubMu   sync.Mutex
+	pubs    []natsPub
+	pubWake chan struct{}
+	sendMu  sync.Mutex
+	lost    atomic.Int64 // queued publishes nats.go refused (the connection went meanwhile)
+}
+
+// natsPub is a queued publish: the subject on the wire and a copy of the data.
+type natsPub struct {
+	subject string
+	data    []byte
 }
 
 var _ Bus = (*NATS)(nil)
@@ -89,11 +106,12 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 		return nil, fmt.Errorf("%w: nats connect %s: %v", ErrUnavailable, url, err)
 	}
 	b := &NATS{nc: nc, prefix: opts.Prefix, seed: maphash.MakeSeed(), stop: make(chan struct{}),
-		handlers: make(map[*nats.Subscription]func([]byte))}
+		handlers: make(map[*nats.Subscription]func([]byte)), pubWake: make(chan struct{}, 1)}
 	for i := range b.queues {
 		b.queues[i] = make(chan *nats.Msg, opts.QueueLen)
 		go b.deliver(b.queues[i])
 	}
+	go b.publisher()
 	return b, nil
 }
 
@@ -121,7 +139,13 @@ func (b *NATS) deliver(queue chan *nats.Msg) {
 	}
 }
 
-// Publish implements Bus.
+// Publish implements Bus. It queues a copy of the message for the bus's publishing
+// goroutine, which hands everything queued to nats.go at once: a commit answers a batch of
+// sends together, and their wake-ups, published from as many goroutines, then reach the
+// NATS server in one write instead of one each, and its subscribers in fewer writes too
+// (on three nodes the server spent most of its CPU in a system call and a wake-up per
+// message). Order per publisher is kept. A message nats.go refuses once queued (the
+// connection went in between) is lost as any bus message may be, and counted by Lost.
 func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
 	if err := checkPublish(ctx, subject); err != nil {
 		return err
@@ -132,11 +156,55 @@ func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
 	if !b.nc.IsConnected() {
 		return fmt.Errorf("%w: nats %s", ErrUnavailable, b.nc.Status())
 	}
-	if err := b.nc.Publish(b.prefix+subject, data); err != nil {
-		return b.translate(err)
+	if len(data) > int(b.nc.MaxPayload()) {
+		return fmt.Errorf("bus: nats: %w", nats.ErrMaxPayload)
+	}
+	b.pubMu.Lock()
+	first := len(b.pubs) == 0
+	b.pubs = append(b.pubs, natsPub{b.prefix + subject, append([]byte(nil), data...)})
+	b.pubMu.Unlock()
+	if first {
+		select {
+		case b.pubWake <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
+
+// publisher sends what Publish queued, until Close.
+func (b *NATS) publisher() {
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.pubWake:
+		}
+		// The goroutines one commit woke publish within microseconds of each other: let
+		// those that are runnable queue theirs before the burst goes.
+		runtime.Gosched()
+		b.send()
+	}
+}
+
+// send hands every queued publish to nats.go, in queue order.
+func (b *NATS) send() {
+	b.sendMu.Lock()
+	defer b.sendMu.Unlock()
+	b.pubMu.Lock()
+	ps := b.pubs
+	b.pubs = nil
+	b.pubMu.Unlock()
+	for _, p := range ps {
+		if err := b.nc.Publish(p.subject, p.data); err != nil {
+			b.lost.Add(1)
+		}
+	}
+}
+
+// Lost returns how many queued publishes nats.go refused: the connection was lost between
+// Publish and the hand-over. (Publish itself reports a connection already lost.)
+func (b *NATS) Lost() int64 { return b.lost.Load() }
 
 // Subscribe implements Bus. The handler is called from one of the bus's natsWorkers
 // goroutines, the one for subject, in arrival order: a slow handler delays the other
@@ -162,6 +230,7 @@ func (b *NATS) Subscribe(subject string, handler func(data []byte)) (Subscriptio
 // waits at most timeout, and returns an error wrapping ErrUnavailable while disconnected:
 // the subscriptions are then restored on reconnection.
 func (b *NATS) Flush(timeout time.Duration) error {
+	b.send()
 	if err := b.nc.FlushTimeout(timeout); err != nil {
 		return b.translate(err)
 	}

@@ -164,3 +164,26 @@ func TestNATSSubscriptionsShareGoroutines(t *testing.T) {
 	}
 	publishUntil(t, b, fmt.Sprintf("t.many.u%d", n-1), "last", got)
 }
+
+// Publish hands its message to a goroutine that sends a burst at a time: the caller may
+// reuse its buffer at once, and one publisher's messages still arrive in order.
+func TestNATSPublishKeepsACopy(t *testing.T) {
+	prefix := bustest.RandomPrefix(t)
+	a := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix})
+	c := bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix})
+	got := make(chan string, 200)
+	subscribe(t, c, "t.copy", got)
+	publishUntil(t, c, "t.copy", "self", got)
+
+	buf := []byte("m-000")
+	for i := range 100 {
+		copy(buf, fmt.Sprintf("m-%03d", i))
+		if err := a.Publish(context.Background(), "t.copy", buf); err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, "XXXXX") // what the bus sends must not change with the caller's buffer
+	}
+	for i := range 100 {
+		waitMsg(t, got, fmt.Sprintf("m-%03d", i))
+	}
+}
