@@ -233,6 +233,9 @@ func TestServeInvalidConfig(t *testing.T) {
 		{"zero long-polls per user", []string{"--longpolls-per-user", "0"}, nil, "long-polls"},
 		{"zero body timeout", []string{"--body-timeout", "0s"}, nil, "body timeout"},
 		{"zero write timeout", []string{"--write-timeout", "0s"}, nil, "write timeout"},
+		{"batch size without postgres", []string{"--postgres-max-batch", "12"}, nil, "only used with --store postgres"},
+		{"batch wait without postgres", []string{"--postgres-batch-wait", "5ms"}, nil, "only used with --store postgres"},
+		{"negative batch size", []string{"--store", "postgres", "--postgres-url", "postgres://127.0.0.1:1/x", "--postgres-max-batch", "-1"}, nil, "must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

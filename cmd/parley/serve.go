@@ -44,6 +44,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
 	fs.StringVar(&n.Engine, "store", "", "storage engine: pebble or sqlite, embedded (default: the data directory's own, pebble for a new one), or postgres, shared by several nodes")
 	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user@host:5432/db?sslmode=...)")
+	fs.IntVar(&n.PostgresMaxBatch, "postgres-max-batch", 0, "with --store postgres: most sends one transaction carries (0: 256)")
+	fs.DurationVar(&n.PostgresBatchWait, "postgres-batch-wait", 0, "with --store postgres: how long the appender gathers sends before a transaction while busy (0: 2ms; negative: never waits)")
 	fs.StringVar(&n.BusURL, "bus", "", "NATS URL (nats://host:port) linking the nodes that share one store; empty for a single node")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -101,6 +103,10 @@ func (c serveConfig) validate() error {
 		errs = append(errs, errors.New("--store postgres needs --postgres-url (PARLEY_POSTGRES_URL)"))
 	case n.Engine != "postgres" && n.PostgresURL != "":
 		errs = append(errs, errors.New("--postgres-url is only used with --store postgres"))
+	case n.Engine != "postgres" && (n.PostgresMaxBatch != 0 || n.PostgresBatchWait != 0):
+		errs = append(errs, errors.New("--postgres-max-batch and --postgres-batch-wait are only used with --store postgres"))
+	case n.PostgresMaxBatch < 0:
+		errs = append(errs, errors.New("--postgres-max-batch must not be negative"))
 	case n.Engine == "postgres" && n.Relaxed:
 		errs = append(errs, errors.New("--relaxed-durability is for the embedded engines; on PostgreSQL set synchronous_commit in the server or the URL"))
 	}

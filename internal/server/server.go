@@ -40,13 +40,17 @@ type Config struct {
 	Data        string // data directory of the embedded store; required
 	Engine      string // "pebble" or "sqlite" (embedded), or "postgres"; "" means the data directory's own, else DefaultEngine
 	PostgresURL string // the database of Engine "postgres", shared by every node
-	Version     string // the binary's version, published in parley_build_info; "" reads "dev"
-	Relaxed     bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
-	AdminSecret string // empty: generated once into Data/admin.secret
-	Chat        chat.Config
-	Gateway     gateway.Config
-	Logger      *slog.Logger // default slog.Default()
-	Now         func() time.Time
+	// PostgresMaxBatch and PostgresBatchWait tune the PostgreSQL appender's group commit
+	// (postgres.Options.MaxBatch and BatchWait); zero keeps the defaults.
+	PostgresMaxBatch  int
+	PostgresBatchWait time.Duration
+	Version           string // the binary's version, published in parley_build_info; "" reads "dev"
+	Relaxed           bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
+	AdminSecret       string // empty: generated once into Data/admin.secret
+	Chat              chat.Config
+	Gateway           gateway.Config
+	Logger            *slog.Logger // default slog.Default()
+	Now               func() time.Time
 	// BusURL links the node to the other nodes on the same store: "" is a single node,
 	// "nats://host:port" (a comma-separated list is allowed) the NATS server(s) they share.
 	// The node fails to start if none answers.
@@ -245,7 +249,7 @@ func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration
 		if cfg.PostgresURL == "" {
 			return nil, errors.New("--store postgres needs --postgres-url (PARLEY_POSTGRES_URL)")
 		}
-		return postgres.Open(ctx, postgres.Options{URL: cfg.PostgresURL})
+		return postgres.Open(ctx, postgres.Options{URL: cfg.PostgresURL, MaxBatch: cfg.PostgresMaxBatch, BatchWait: cfg.PostgresBatchWait})
 	}
 	found := DetectEngine(cfg.Data)
 	engine := EngineOf(cfg)
