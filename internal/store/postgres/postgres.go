@@ -43,12 +43,13 @@ type Options struct {
 	// MaxBatch caps how many appends share one transaction. Default 256.
 	MaxBatch int
 	// BatchWait is how long the appender waits for more appends before it starts a batch,
-	// when the previous batch held several: under concurrent load a batch then carries
-	// what the next two milliseconds bring instead of what happened to be queued, and the
-	// database's work per message (a dozen statements and a commit per batch) falls, most
-	// with several nodes, each with a share of the load; a lone sender (batches of one)
-	// never waits. Default 2ms, chosen by measurement (docs/design.md, "Several nodes:
-	// measured"); negative turns it off.
+	// when the previous batch held several and this one holds fewer than 32: under
+	// concurrent load a batch then carries what the next milliseconds bring instead of what
+	// happened to be queued, and the database's work per message (seven statements and a
+	// commit per batch) falls, most with several nodes, each with a share of the load; a
+	// lone sender (batches of one) never waits, nor does a batch already full. Default
+	// 6ms, chosen by measurement (docs/design.md, "Several nodes: measured"); negative
+	// turns it off.
 	BatchWait time.Duration
 	// AppendTimeout bounds one batch of appends, retries included: a database that does not
 	// answer fails the batch with ErrUnavailable rather than holding its senders. Default 10s.
@@ -70,7 +71,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxBatch = 256
 	}
 	if o.BatchWait == 0 {
-		o.BatchWait = 2 * time.Millisecond
+		o.BatchWait = 6 * time.Millisecond
 	}
 	if o.AppendTimeout == 0 {
 		o.AppendTimeout = 10 * time.Second
