@@ -45,7 +45,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&n.Engine, "store", "", "storage engine: pebble or sqlite, embedded (default: the data directory's own, pebble for a new one), or postgres, shared by several nodes")
 	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user@host:5432/db?sslmode=...)")
 	fs.IntVar(&n.PostgresMaxBatch, "postgres-max-batch", 0, "with --store postgres: most sends one transaction carries (0: 256)")
-	fs.DurationVar(&n.PostgresBatchWait, "postgres-batch-wait", 0, "with --store postgres: how long the appender gathers sends before a transaction while busy (0: 6ms; negative: never waits)")
+	fs.DurationVar(&n.PostgresBatchWait, "postgres-batch-wait", 0, "with --store postgres: how long the appender gathers sends before a transaction while busy (0: 2ms; longer trades latency for throughput; negative: never waits)")
 	fs.StringVar(&n.BusURL, "bus", "", "NATS URL (nats://host:port) linking the nodes that share one store; empty for a single node")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
