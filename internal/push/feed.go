@@ -138,12 +138,14 @@ func NewFeed(b bus.Bus, p *Pusher, pres *Presence, log *slog.Logger) (*Feed, err
 }
 
 // Run publishes what the node gathered every feedEvery, and reads the registered users at
-// start and every registeredEvery, until ctx ends.
+// start and every registeredEvery (on a goroutine of its own: reading many registrations
+// must not hold up the news), until ctx ends.
 func (f *Feed) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { f.keepRegistered(ctx) })
 	t := time.NewTicker(feedEvery)
 	defer t.Stop()
-	reg := time.NewTimer(0)
-	defer reg.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -151,18 +153,25 @@ func (f *Feed) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			f.publish(ctx)
-		case <-reg.C:
-			next := registeredEvery
-			if err := f.loadRegistered(ctx); err != nil {
-				if ctx.Err() != nil {
-					continue
-				}
+		}
+	}
+}
+
+// keepRegistered reads the registered users now and every registeredEvery (every second
+// until a first read succeeds), until ctx ends.
+func (f *Feed) keepRegistered(ctx context.Context) {
+	for {
+		next := registeredEvery
+		if err := f.loadRegistered(ctx); err != nil && ctx.Err() == nil {
+			if f.loaded.Load() {
+				f.log.Warn("push: read the registered users (the set read before stays)", "err", err)
+			} else {
 				f.log.Warn("push: read the registered users (every user's news is sent meanwhile)", "err", err)
-				if !f.loaded.Load() {
-					next = time.Second
-				}
+				next = time.Second
 			}
-			reg.Reset(next)
+		}
+		if !sleep(ctx, next) {
+			return
 		}
 	}
 }
