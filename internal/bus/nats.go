@@ -69,6 +69,11 @@ type NATS struct {
 	lost    atomic.Int64 // queued publishes nats.go refused (the connection went meanwhile)
 }
 
+// maxQueuedPublishes bounds the publishes waiting for the publishing goroutine: past it
+// (a connection that stalls while it still counts as connected) Publish refuses, as it
+// does while disconnected, rather than hold ever more memory.
+const maxQueuedPublishes = 1 << 16
+
 // natsPub is a queued publish: the subject on the wire and a copy of the data.
 type natsPub struct {
 	subject string
@@ -160,6 +165,10 @@ func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
 		return fmt.Errorf("bus: nats: %w", nats.ErrMaxPayload)
 	}
 	b.pubMu.Lock()
+	if len(b.pubs) >= maxQueuedPublishes {
+		b.pubMu.Unlock()
+		return fmt.Errorf("%w: nats: %d publishes queued for a connection that does not take them", ErrUnavailable, maxQueuedPublishes)
+	}
 	first := len(b.pubs) == 0
 	b.pubs = append(b.pubs, natsPub{b.prefix + subject, append([]byte(nil), data...)})
 	b.pubMu.Unlock()
