@@ -49,7 +49,7 @@ type Options struct {
 	// commit per batch) falls, most with several nodes, each with a share of the load; a
 	// lone sender (batches of one) never waits, nor does a batch already full. Default
 	// 2ms. Longer trades latency for throughput: 6ms gave three saturated nodes 15 % more
-	// and a moderate load 8 ms more per send (docs/design.md, "Several nodes: measured");
+	// and a moderate load up to 6-10 ms more per send (docs/design.md, "Waiting for company");
 	// negative turns it off.
 	BatchWait time.Duration
 	// AppendTimeout bounds one batch of appends, retries included: a database that does not
