@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +30,10 @@ type NATSOptions struct {
 	// nats.go drops the arriving message (the newest) and counts it as a slow-consumer
 	// event; the NATS server also drops messages for a connection that reads too slowly.
 	QueueLen int
+	// OnLost, if set, is called (on the bus's publishing goroutine) for each publish that
+	// Publish accepted and nats.go then refused: the connection went in between. Publish
+	// reports a connection already lost itself.
+	OnLost func()
 	// NoEcho keeps this bus's own publishes from its own subscriptions (NATS's no-echo): a
 	// node hands its events to its own connections directly, so their echo from the server
 	// would only be decoded and dropped, one per recipient of every send.
@@ -66,7 +69,7 @@ type NATS struct {
 	pubs    []natsPub
 	pubWake chan struct{}
 	sendMu  sync.Mutex
-	lost    atomic.Int64 // queued publishes nats.go refused (the connection went meanwhile)
+	onLost  func() // NATSOptions.OnLost, or nothing
 }
 
 // maxQueuedPublishes bounds the publishes waiting for the publishing goroutine: past it
@@ -111,7 +114,10 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 		return nil, fmt.Errorf("%w: nats connect %s: %v", ErrUnavailable, url, err)
 	}
 	b := &NATS{nc: nc, prefix: opts.Prefix, seed: maphash.MakeSeed(), stop: make(chan struct{}),
-		handlers: make(map[*nats.Subscription]func([]byte)), pubWake: make(chan struct{}, 1)}
+		handlers: make(map[*nats.Subscription]func([]byte)), pubWake: make(chan struct{}, 1), onLost: opts.OnLost}
+	if b.onLost == nil {
+		b.onLost = func() {}
+	}
 	for i := range b.queues {
 		b.queues[i] = make(chan *nats.Msg, opts.QueueLen)
 		go b.deliver(b.queues[i])
@@ -150,7 +156,7 @@ func (b *NATS) deliver(queue chan *nats.Msg) {
 // NATS server in one write instead of one each, and its subscribers in fewer writes too
 // (on three nodes the server spent most of its CPU in a system call and a wake-up per
 // message). Order per publisher is kept. A message nats.go refuses once queued (the
-// connection went in between) is lost as any bus message may be, and counted by Lost.
+// connection went in between) is lost as any bus message may be, and told to OnLost.
 func (b *NATS) Publish(ctx context.Context, subject string, data []byte) error {
 	if err := checkPublish(ctx, subject); err != nil {
 		return err
@@ -206,14 +212,10 @@ func (b *NATS) send() {
 	b.pubMu.Unlock()
 	for _, p := range ps {
 		if err := b.nc.Publish(p.subject, p.data); err != nil {
-			b.lost.Add(1)
+			b.onLost()
 		}
 	}
 }
-
-// Lost returns how many queued publishes nats.go refused: the connection was lost between
-// Publish and the hand-over. (Publish itself reports a connection already lost.)
-func (b *NATS) Lost() int64 { return b.lost.Load() }
 
 // Subscribe implements Bus. The handler is called from one of the bus's natsWorkers
 // goroutines, the one for subject, in arrival order: a slow handler delays the other

@@ -109,7 +109,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	b := cfg.Bus
 	if b == nil && cfg.BusURL != "" {
-		nb, err := openBus(cfg.BusURL)
+		nb, err := openBus(cfg.BusURL, m.BusPublishFailed)
 		if err != nil {
 			s.closeOwn()
 			return nil, err
@@ -224,15 +224,15 @@ func openOwnStore(ctx context.Context, cfg Config, m *metrics.Metrics) (store.St
 }
 
 // openBus connects to the NATS server(s) of url, a comma-separated list of nats:// or
-// tls:// URLs.
-func openBus(url string) (*bus.NATS, error) {
+// tls:// URLs; onLost counts a publish lost after the bus accepted it.
+func openBus(url string, onLost func()) (*bus.NATS, error) {
 	for _, u := range strings.Split(url, ",") {
 		if u = strings.TrimSpace(u); !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
 			return nil, fmt.Errorf("bus %q: want nats://host:port (or tls://)", u)
 		}
 	}
 	host, _ := os.Hostname()
-	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host, NoEcho: true})
+	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host, NoEcho: true, OnLost: onLost})
 	if err != nil {
 		return nil, fmt.Errorf("open bus: %w", err)
 	}
