@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/parleychat/parley/internal/redact"
 )
 
 // NATSOptions configure a NATS bus. The zero value is ready to use. They are a struct, not
@@ -38,6 +40,9 @@ type NATSOptions struct {
 	// node hands its events to its own connections directly, so their echo from the server
 	// would only be decoded and dropped, one per recipient of every send.
 	NoEcho bool
+	// Auth is how the bus authenticates to the server and verifies it (credential files,
+	// TLS); user and password or a token go in the URL.
+	Auth NATSAuth
 }
 
 // natsWorkers is how many goroutines deliver a NATS bus's messages to its handlers. A
@@ -109,9 +114,13 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 	if opts.NoEcho {
 		options = append(options, nats.NoEcho())
 	}
-	nc, err := nats.Connect(url, options...)
+	auth, err := opts.Auth.options()
 	if err != nil {
-		return nil, fmt.Errorf("%w: nats connect %s: %v", ErrUnavailable, url, err)
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append(options, auth...)...)
+	if err != nil {
+		return nil, connectError(url, err)
 	}
 	b := &NATS{nc: nc, prefix: opts.Prefix, seed: maphash.MakeSeed(), stop: make(chan struct{}),
 		handlers: make(map[*nats.Subscription]func([]byte)), pubWake: make(chan struct{}, 1), onLost: opts.OnLost}
@@ -124,6 +133,17 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 	}
 	go b.publisher()
 	return b, nil
+}
+
+// connectError explains why the first connection to url failed, with url's passwords and
+// tokens masked (the URL, and anything nats.go copied of it).
+func connectError(url string, err error) error {
+	shown := redact.URL(url)
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return redact.Error(fmt.Errorf("%w: nats %s: %v (check the user, password or token in the URL, or the creds or nkey file)",
+			ErrRefused, shown, err), url)
+	}
+	return redact.Error(fmt.Errorf("%w: nats connect %s: %v", ErrUnavailable, shown, err), url)
 }
 
 // OnReconnect has f called (on a goroutine of nats.go's) each time the connection comes
