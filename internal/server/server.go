@@ -25,6 +25,7 @@ import (
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/metrics"
 	"github.com/parleychat/parley/internal/push"
+	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/pebble"
 	"github.com/parleychat/parley/internal/store/postgres"
@@ -55,6 +56,10 @@ type Config struct {
 	// "nats://host:port" (a comma-separated list is allowed) the NATS server(s) they share.
 	// The node fails to start if none answers.
 	BusURL string
+	// BusAuth is how the node authenticates to the NATS server(s) of BusURL and checks
+	// them (credential files, TLS; docs/deployment.md, "Securing the bus"). It needs
+	// BusURL.
+	BusAuth bus.NATSAuth
 	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
 	// several nodes in one process on one bus.Memory.
 	Bus bus.Bus
@@ -108,8 +113,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closes = append(s.closes, st.Close)
 	}
 	b := cfg.Bus
+	if b == nil && cfg.BusURL == "" && !cfg.BusAuth.IsZero() {
+		s.closeOwn()
+		return nil, errors.New("bus credentials or TLS settings given without a bus URL (--bus)")
+	}
 	if b == nil && cfg.BusURL != "" {
-		nb, err := openBus(cfg.BusURL, m.BusPublishFailed)
+		nb, err := openBus(cfg.BusURL, cfg.BusAuth, m.BusPublishFailed)
 		if err != nil {
 			s.closeOwn()
 			return nil, err
@@ -224,15 +233,16 @@ func openOwnStore(ctx context.Context, cfg Config, m *metrics.Metrics) (store.St
 }
 
 // openBus connects to the NATS server(s) of url, a comma-separated list of nats:// or
-// tls:// URLs; onLost counts a publish lost after the bus accepted it.
-func openBus(url string, onLost func()) (*bus.NATS, error) {
+// tls:// URLs, with auth; onLost counts a publish lost after the bus accepted it. Its
+// errors show url with its passwords and tokens masked.
+func openBus(url string, auth bus.NATSAuth, onLost func()) (*bus.NATS, error) {
 	for _, u := range strings.Split(url, ",") {
 		if u = strings.TrimSpace(u); !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
-			return nil, fmt.Errorf("bus %q: want nats://host:port (or tls://)", u)
+			return nil, fmt.Errorf("bus %q: want nats://host:port (or tls://)", redact.URL(u))
 		}
 	}
 	host, _ := os.Hostname()
-	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host, NoEcho: true, OnLost: onLost})
+	b, err := bus.OpenNATS(url, bus.NATSOptions{Name: "parley " + host, NoEcho: true, OnLost: onLost, Auth: auth})
 	if err != nil {
 		return nil, fmt.Errorf("open bus: %w", err)
 	}

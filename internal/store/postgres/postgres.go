@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/store"
 )
 
@@ -103,13 +105,24 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the database, brings the schema up to date and starts the appender.
-// Close releases them.
+// Close releases them. A URL that names no sslmode gets one (withTLSDefault): disable for
+// a loopback host or a unix socket, verify-full for any other. Its errors never show the
+// URL's password.
 func Open(ctx context.Context, opts Options) (*Store, error) {
+	s, err := open(ctx, opts)
+	return s, redact.Error(err, opts.URL)
+}
+
+func open(ctx context.Context, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(opts.URL)
+	connString, chosen, err := withTLSDefault(opts.URL, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
@@ -144,6 +157,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
 		apPool.Close()
+		if chosen != "" {
+			err = fmt.Errorf("%w (the URL names no sslmode, so sslmode=%s was used: docs/deployment.md, \"PostgreSQL TLS\")", err, chosen)
+		}
 		return nil, err
 	}
 	s := &Store{opts: opts, pool: pool, connCfg: cfg.ConnConfig.Copy(), leads: make(map[*lead]struct{}),
