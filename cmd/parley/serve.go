@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/chat"
+	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/server"
 )
 
@@ -46,7 +47,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user@host:5432/db?sslmode=...)")
 	fs.IntVar(&n.PostgresMaxBatch, "postgres-max-batch", 0, "with --store postgres: most sends one transaction carries (0: 256)")
 	fs.DurationVar(&n.PostgresBatchWait, "postgres-batch-wait", 0, "with --store postgres: how long the appender gathers sends before a transaction while busy (0: 2ms; longer trades latency for throughput; negative: never waits)")
-	fs.StringVar(&n.BusURL, "bus", "", "NATS URL (nats://host:port) linking the nodes that share one store; empty for a single node")
+	fs.StringVar(&n.BusURL, "bus", "", "NATS URL (nats://host:port; nats://user:pass@host:port or nats://token@host:port with auth) linking the nodes that share one store; empty for a single node")
+	fs.StringVar(&n.BusAuth.CredsFile, "bus-creds", "", "with --bus: NATS .creds file (user JWT and nkey seed) the node authenticates with")
+	fs.StringVar(&n.BusAuth.NkeyFile, "bus-nkey", "", "with --bus: file holding the NATS user nkey seed (SU...) the node authenticates with")
+	fs.StringVar(&n.BusAuth.TLSCA, "bus-tls-ca", "", "with --bus: PEM CA certificate(s) that verify the NATS server; the connection must then be TLS")
+	fs.StringVar(&n.BusAuth.TLSCert, "bus-tls-cert", "", "with --bus: PEM client certificate for NATS mutual TLS (with --bus-tls-key)")
+	fs.StringVar(&n.BusAuth.TLSKey, "bus-tls-key", "", "with --bus: PEM key of --bus-tls-cert")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -90,8 +96,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 // one is 32 random bytes, as 64 hex digits).
 const minAdminSecret = 32
 
-// validate checks the flags that only serve has: the admin secret's length and a private
-// debug address.
+// validate checks the flags that only serve has: the admin secret's length, the bus's
+// credential and TLS files (read here, so that a wrong one stops the node before it opens
+// anything) and a private debug address.
 func (c serveConfig) validate() error {
 	var errs []error
 	if s := c.Node.AdminSecret; s != "" && len(s) < minAdminSecret {
@@ -109,6 +116,12 @@ func (c serveConfig) validate() error {
 		errs = append(errs, errors.New("--postgres-max-batch must not be negative"))
 	case n.Engine == "postgres" && n.Relaxed:
 		errs = append(errs, errors.New("--relaxed-durability is for the embedded engines; on PostgreSQL set synchronous_commit in the server or the URL"))
+	}
+	switch n := c.Node; {
+	case n.BusURL == "" && !n.BusAuth.IsZero():
+		errs = append(errs, errors.New("--bus-creds, --bus-nkey and --bus-tls-* are only used with --bus"))
+	case n.BusURL != "":
+		errs = append(errs, n.BusAuth.Validate())
 	}
 	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) && !c.DebugPublic {
 		errs = append(errs, fmt.Errorf("--debug-addr %q is not a loopback address: pprof exposes the process's memory "+
@@ -152,7 +165,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.Node.Gateway.DevLogin {
 		fmt.Fprintf(stdout, "dev login is on: open http://%s/ and sign in with any user name\n", ln.Addr())
 	}
-	cfg.Node.Logger.Info("serving", "addr", ln.Addr().String(), "data", cfg.Node.Data, "relaxed", cfg.Node.Relaxed, "bus", cfg.Node.BusURL)
+	cfg.Node.Logger.Info("serving", "addr", ln.Addr().String(), "data", cfg.Node.Data, "relaxed", cfg.Node.Relaxed, "bus", redact.URL(cfg.Node.BusURL))
 
 	select {
 	case err := <-served:

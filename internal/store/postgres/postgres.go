@@ -157,7 +157,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
 		apPool.Close()
-		if chosen != "" {
+		if chosen == RemoteSSLMode { // the likely cause when a server without TLS refuses
 			err = fmt.Errorf("%w (the URL names no sslmode, so sslmode=%s was used: docs/deployment.md, \"PostgreSQL TLS\")", err, chosen)
 		}
 		return nil, err
