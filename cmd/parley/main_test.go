@@ -235,6 +235,11 @@ func TestServeInvalidConfig(t *testing.T) {
 		{"zero write timeout", []string{"--write-timeout", "0s"}, nil, "write timeout"},
 		{"batch size without postgres", []string{"--postgres-max-batch", "12"}, nil, "only used with --store postgres"},
 		{"batch wait without postgres", []string{"--postgres-batch-wait", "5ms"}, nil, "only used with --store postgres"},
+		{"bus creds without a bus", []string{"--bus-creds", "/nonexistent/node.creds"}, nil, "only used with --bus"},
+		{"bus TLS from env without a bus", nil, map[string]string{"PARLEY_BUS_TLS_CA": "/nonexistent/ca.pem"}, "only used with --bus"},
+		{"bus client certificate without key", []string{"--bus", "nats://127.0.0.1:4222", "--bus-tls-cert", "/nonexistent/c.pem"}, nil, "both or neither"},
+		{"bus creds file missing", []string{"--bus", "nats://127.0.0.1:4222", "--bus-creds", "/nonexistent/node.creds"}, nil, "creds file"},
+		{"bus creds and nkey", []string{"--bus", "nats://127.0.0.1:4222", "--bus-creds", "/a", "--bus-nkey", "/b"}, nil, "give one"},
 		{"negative batch size", []string{"--store", "postgres", "--postgres-url", "postgres://127.0.0.1:1/x", "--postgres-max-batch", "-1"}, nil, "must not be negative"},
 	}
 	for _, tc := range tests {

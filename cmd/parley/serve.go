@@ -44,7 +44,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&n.Gateway.BodyTimeout, "body-timeout", n.Gateway.BodyTimeout, "time a client may take to send a request body (408 past it)")
 	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
 	fs.StringVar(&n.Engine, "store", "", "storage engine: pebble or sqlite, embedded (default: the data directory's own, pebble for a new one), or postgres, shared by several nodes")
-	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user@host:5432/db?sslmode=...)")
+	fs.StringVar(&n.PostgresURL, "postgres-url", "", "PostgreSQL connection string for --store postgres (postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem); without sslmode, disable on a loopback host or unix socket and verify-full on any other")
 	fs.IntVar(&n.PostgresMaxBatch, "postgres-max-batch", 0, "with --store postgres: most sends one transaction carries (0: 256)")
 	fs.DurationVar(&n.PostgresBatchWait, "postgres-batch-wait", 0, "with --store postgres: how long the appender gathers sends before a transaction while busy (0: 2ms; longer trades latency for throughput; negative: never waits)")
 	fs.StringVar(&n.BusURL, "bus", "", "NATS URL (nats://host:port; nats://user:pass@host:port or nats://token@host:port with auth) linking the nodes that share one store; empty for a single node")
