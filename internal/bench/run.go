@@ -27,6 +27,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/parleychat/parley/client"
+	"github.com/parleychat/parley/internal/redact"
 )
 
 // coord is the coordinator of one run.
@@ -675,7 +676,7 @@ func (c *coord) newReport(opName string, at, end time.Time) *Report {
 	}
 	if len(c.nodes) > 1 || c.cluster != nil {
 		r.Topology = &Topology{
-			Nodes: c.nodes, Bus: c.cfg.Bus, Seed: c.cfg.Seed, DevicesPerNode: c.spread.perNode(), KilledNode: c.killed,
+			Nodes: c.nodes, Bus: redact.URL(c.cfg.Bus), Seed: c.cfg.Seed, DevicesPerNode: c.spread.perNode(), KilledNode: c.killed,
 		}
 		if c.cluster != nil {
 			r.Topology.Store, r.Topology.Schema = "postgres", c.cluster.schema

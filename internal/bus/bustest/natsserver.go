@@ -29,9 +29,6 @@ func (s *NATSServer) URL(scheme, userinfo string) string {
 	return scheme + "://" + userinfo + s.Addr
 }
 
-// listening is nats-server's log line that names its client port.
-var listening = regexp.MustCompile(`Listening for client connections on (\S+:\d+)`)
-
 // StartNATSServer runs nats-server (from PATH) with config as its configuration file, on a
 // loopback port of its choosing, until the test ends. It returns once the server logged
 // that it is ready (no polling), and fails the test with the server's log if it did not
@@ -65,6 +62,7 @@ func StartNATSServer(t testing.TB, dir, config string) *NATSServer {
 		cancel()
 		_ = cmd.Wait()
 	})
+	listening := regexp.MustCompile(`Listening for client connections on (\S+:\d+)`) // names the port
 	ready := make(chan string, 1)
 	var log strings.Builder // written until ready is sent; read after that or after logDone
 	logDone := make(chan struct{})
