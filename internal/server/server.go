@@ -102,6 +102,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
 		return nil, err
 	}
+	if cfg.Bus == nil && cfg.BusURL == "" && !cfg.BusAuth.IsZero() {
+		return nil, errors.New("bus credentials or TLS settings given without a bus URL (--bus)")
+	}
 	m := metrics.New()
 	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
 	st, unlock, err := openOwnStore(ctx, cfg, m)
@@ -113,10 +116,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closes = append(s.closes, st.Close)
 	}
 	b := cfg.Bus
-	if b == nil && cfg.BusURL == "" && !cfg.BusAuth.IsZero() {
-		s.closeOwn()
-		return nil, errors.New("bus credentials or TLS settings given without a bus URL (--bus)")
-	}
 	if b == nil && cfg.BusURL != "" {
 		nb, err := openBus(cfg.BusURL, cfg.BusAuth, m.BusPublishFailed)
 		if err != nil {
