@@ -25,11 +25,11 @@ type PushConfig struct {
 	WebPush        bool   // Web Push with VAPID keys kept among the node's secrets
 	WebPushSubject string // the VAPID "sub" contact
 	AllowPrivate   bool   // Web Push endpoints on private addresses and plain http (tests)
+	Content        string // "none" or "preview"
+	Grace          time.Duration
 	// WebPushHosts are the push services Web Push endpoints may be on (webpush.Filter.Hosts
 	// patterns); default webpush.DefaultHosts.
 	WebPushHosts []string
-	Content        string // "none" or "preview"
-	Grace          time.Duration
 	// HTTPClient, if set, is the providers' client (tests: one that trusts the fakes).
 	HTTPClient *http.Client
 }
