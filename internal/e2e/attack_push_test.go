@@ -163,3 +163,49 @@ func TestAttackPushRegistrationsUnbounded(t *testing.T) {
 		t.Fatalf("%d registrations stored, want %d", got, maxDevices)
 	}
 }
+
+// TestAttackPushEndpointFilter: a client registers Web Push endpoints that would make the
+// server call into its own network or any port: each is refused with a 400 that says why,
+// and nothing is stored. The addresses are those that got through before: NAT64, IPv4-
+// compatible, 6to4 and Teredo addresses embedding private ones, the benchmarking, IETF and
+// documentation ranges, 240/4, a cloud's internal service address, and port 22. A real
+// browser's endpoint, on an allowed push service, is accepted.
+func TestAttackPushEndpointFilter(t *testing.T) {
+	n := start(t)
+	bob := n.user(t, "bob")
+	var sub map[string]any
+	if err := json.Unmarshal([]byte(pushtest.NewWebPush(t).NewSubscription()), &sub); err != nil {
+		t.Fatal(err)
+	}
+	for ep, want := range map[string]string{
+		"https://[64:ff9b::a00:1]/push":                          "its NAT64 part is 10.0.0.1",
+		"https://[64:ff9b::7f00:1]/push":                         "its NAT64 part is 127.0.0.1",
+		"https://[64:ff9b:1::a9fe:a9fe]/push":                    "its local-use NAT64 part is 169.254.169.254",
+		"https://[::a00:1]/push":                                 "its IPv4-compatible part is 10.0.0.1",
+		"https://[2002:c0a8:101::1]/push":                        "its 6to4 part is 192.168.1.1",
+		"https://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/push":    "its Teredo part is 10.0.0.1",
+		"https://198.18.0.1/push":                                "benchmarking",
+		"https://192.0.0.170/push":                               "IETF protocol assignment",
+		"https://192.0.2.1/push":                                 "TEST-NET-1",
+		"https://198.51.100.1/push":                              "TEST-NET-2",
+		"https://203.0.113.1/push":                               "TEST-NET-3",
+		"https://240.0.0.1/push":                                 "reserved (240/4)",
+		"https://168.63.129.16/push":                             "cloud platform",
+		"https://[::ffff:a9fe:a9fe]/latest/meta-data":            "link-local",
+		"https://fcm.googleapis.com:22/fcm/send/x":               "port 22",
+		"https://push.attacker.example/x":                        "not a push service this server sends to",
+		"https://fcm.googleapis.com.attacker.example/fcm/send/x": "not a push service",
+	} {
+		sub["endpoint"] = ep
+		r := n.fail(t, http.StatusBadRequest, "PUT", "/v1/push/device", bob, map[string]any{"provider": "webpush", "subscription": sub})
+		if !strings.Contains(string(r.raw), want) {
+			t.Errorf("endpoint %s: %s, want %q", ep, r.raw, want)
+		}
+	}
+	if ids := storedPushDevices(t, n, "bob"); len(ids) != 0 {
+		t.Fatalf("refused endpoints stored: %v", ids)
+	}
+	sub["endpoint"] = "https://fcm.googleapis.com/fcm/send/dGVzdA:APA91b"
+	reg := n.ok(t, "PUT", "/v1/push/device", bob, map[string]any{"provider": "webpush", "subscription": sub})
+	wantFields(t, "registration", reg, map[string]any{"provider": "webpush", "token": "https://fcm.googleapis.com"})
+}
