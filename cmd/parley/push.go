@@ -28,27 +28,33 @@ func pushFlags(fs *flag.FlagSet, p *server.PushConfig, maxDevices *int) {
 	fs.StringVar(&p.FCMEndpoint, "fcm-endpoint", p.FCMEndpoint, "FCM HTTP v1 server")
 	fs.BoolVar(&p.WebPush, "webpush", p.WebPush, "send Web Push notifications (VAPID keys are generated and kept with the other secrets)")
 	fs.StringVar(&p.WebPushSubject, "webpush-subject", p.WebPushSubject, "contact for Web Push services (mailto: or https: URL), sent in every VAPID token")
-	fs.Func("webpush-hosts", "comma-separated push services Web Push endpoints may be on: a host, or *.domain for any host under it, each with :port for a port other than 443; * for any public host (default "+
-		strings.Join(p.WebPushHosts, ",")+")", func(v string) error {
-		p.WebPushHosts = splitList(v)
-		return nil
-	})
+	fs.Var(listFlag{&p.WebPushHosts}, "webpush-hosts", "comma-separated push services Web Push endpoints may be on: a host, or *.domain for any host under that domain, either with :port for a port other than 443; * for any public host")
 	fs.BoolVar(&p.AllowPrivate, "push-allow-private", false, "accept Web Push endpoints on any host and port, on loopback and private addresses, and plain http (tests and staging only)")
 	fs.IntVar(maxDevices, "push-max-devices", *maxDevices, "how many devices of one user may be registered for push")
 	fs.StringVar(&p.Content, "push-content", p.Content, "what a notification says of the message: none (conversation, sender, unread count; the app fetches the message) or preview (adds the start of the text)")
 	fs.DurationVar(&p.Grace, "push-grace", p.Grace, "how long a connected device has to take an event before it is pushed anyway")
 }
 
-// splitList splits a comma-separated flag value, dropping spaces and empty items; it
-// returns an empty, not nil, list for an empty value, which Validate refuses.
-func splitList(v string) []string {
+// listFlag is a flag of comma-separated items, kept in *p. Set drops spaces and empty
+// items, and leaves an empty (not nil) list for an empty value, for Validate to refuse.
+type listFlag struct{ p *[]string }
+
+func (l listFlag) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l listFlag) Set(v string) error {
 	out := []string{}
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}
 	}
-	return out
+	*l.p = out
+	return nil
 }
 
 // pushCmd is `parley push test <user> [--server URL] [--admin-secret S]`: it asks the
