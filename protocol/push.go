@@ -12,7 +12,7 @@ const (
 // Limits of a push registration.
 const (
 	MaxPushTokenLen  = 4096 // token, or the subscription's JSON
-	MaxPushTopicLen  = 255 // no longer checked: a client's topic is ignored
+	MaxPushTopicLen  = 255
 	MaxPushLocaleLen = 35 // a BCP 47 tag
 )
 
