@@ -11,9 +11,10 @@ import (
 // go, and a user mutes conversations.
 
 // RegisterPush registers, or replaces, this device's push target: for APNs and FCM the
-// device token (and APNs's topic, the app's bundle id), for Web Push the browser's
-// subscription JSON. 400: an unknown or unconfigured provider, or a subscription endpoint
-// the server refuses.
+// device token (the APNs topic is the server's), for Web Push the browser's subscription
+// JSON. 400: an unknown or unconfigured provider, or a subscription endpoint the server
+// refuses; 409: the user has as many devices registered as the server allows (remove one:
+// DELETE /v1/push/devices/{device_id}); 401: the token was revoked.
 func (c *Client) RegisterPush(ctx context.Context, req protocol.PushRegisterRequest) (protocol.PushDevice, error) {
 	var out protocol.PushDevice
 	_, err := c.http.do(ctx, http.MethodPut, "/v1/push/device", nil, req, &out)

@@ -17,8 +17,9 @@ const (
 )
 
 // PushRegisterRequest is the body of PUT /v1/push/device: the calling device's push target.
-// APNs and FCM name a Token (and APNs the Topic, the app's bundle id); Web Push gives the
-// browser's PushSubscription (its toJSON()) as Subscription.
+// APNs and FCM name a Token; Web Push gives the browser's PushSubscription (its toJSON())
+// as Subscription. Topic is ignored for APNs, whose topic is the server's (--apns-topic),
+// and refused for the others: it is kept for clients written for earlier servers.
 type PushRegisterRequest struct {
 	Provider     string          `json:"provider"`
 	Token        string          `json:"token"`

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/parleychat/parley/client"
+	"github.com/parleychat/parley/internal/push/webpush"
 	"github.com/parleychat/parley/internal/server"
 )
 
@@ -120,6 +122,25 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 					n.Gateway.SendRate != 0 || n.Gateway.RequestRate != 0 || n.Chat.RecallWindow != time.Minute ||
 					n.Chat.MaxGroupMembers != 10 || c.LogLevel != "debug" || c.LogFormat != "json" {
 					t.Errorf("flags not applied: %+v", c)
+				}
+			},
+		},
+		{
+			name: "push registration flags",
+			args: []string{"--apns-topic", "com.example.chat", "--webpush-hosts", " push.example.com:8443, *.push.example.net ,", "--push-max-devices", "3"},
+			check: func(t *testing.T, c serveConfig) {
+				p := c.Node.Push
+				if p.APNsTopic != "com.example.chat" || !slices.Equal(p.WebPushHosts, []string{"push.example.com:8443", "*.push.example.net"}) ||
+					c.Node.Chat.MaxPushDevices != 3 {
+					t.Errorf("push flags not applied: topic %q, hosts %q, max devices %d", p.APNsTopic, p.WebPushHosts, c.Node.Chat.MaxPushDevices)
+				}
+			},
+		},
+		{
+			name: "push registration defaults",
+			check: func(t *testing.T, c serveConfig) {
+				if !slices.Equal(c.Node.Push.WebPushHosts, webpush.DefaultHosts) || c.Node.Chat.MaxPushDevices != 20 {
+					t.Errorf("push defaults: hosts %q, max devices %d", c.Node.Push.WebPushHosts, c.Node.Chat.MaxPushDevices)
 				}
 			},
 		},
@@ -240,6 +261,10 @@ func TestServeInvalidConfig(t *testing.T) {
 		{"bus client certificate without key", []string{"--bus", "nats://127.0.0.1:4222", "--bus-tls-cert", "/nonexistent/c.pem"}, nil, "both or neither"},
 		{"bus creds file missing", []string{"--bus", "nats://127.0.0.1:4222", "--bus-creds", "/nonexistent/node.creds"}, nil, "creds file"},
 		{"bus creds and nkey", []string{"--bus", "nats://127.0.0.1:4222", "--bus-creds", "/a", "--bus-nkey", "/b"}, nil, "give one"},
+		{"no push service host", []string{"--webpush-hosts", ""}, nil, "--webpush-hosts"},
+		{"push service host with a path", []string{"--webpush-hosts", "push.example.com/x"}, nil, "--webpush-hosts"},
+		{"zero push devices", []string{"--push-max-devices", "0"}, nil, "max push devices"},
+		{"apns without a topic", []string{"--apns-key-file", "k.p8", "--apns-key-id", "ABC123DEFG", "--apns-team-id", "DEF456GHIJ"}, nil, "--apns-topic"},
 		{"negative batch size", []string{"--store", "postgres", "--postgres-url", "postgres://127.0.0.1:1/x", "--postgres-max-batch", "-1"}, nil, "must not be negative"},
 	}
 	for _, tc := range tests {

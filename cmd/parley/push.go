@@ -16,19 +16,45 @@ import (
 	"github.com/parleychat/parley/protocol"
 )
 
-// pushFlags registers serve's offline push flags (docs/protocol.md section 13).
-func pushFlags(fs *flag.FlagSet, p *server.PushConfig) {
+// pushFlags registers serve's offline push flags (docs/protocol.md section 13); maxDevices
+// is the chat rules' cap on a user's registrations.
+func pushFlags(fs *flag.FlagSet, p *server.PushConfig, maxDevices *int) {
 	fs.StringVar(&p.APNsKeyFile, "apns-key-file", "", "APNs token-auth key (.p8 file from the Apple developer account); empty turns APNs off")
 	fs.StringVar(&p.APNsKeyID, "apns-key-id", "", "the APNs key's id (10 characters)")
 	fs.StringVar(&p.APNsTeamID, "apns-team-id", "", "the Apple developer team id")
+	fs.StringVar(&p.APNsTopic, "apns-topic", "", "the iOS app's bundle id, the topic of every APNs notification (a client cannot choose it)")
 	fs.StringVar(&p.APNsEndpoint, "apns-endpoint", p.APNsEndpoint, "APNs server (https://api.sandbox.push.apple.com for development builds)")
 	fs.StringVar(&p.FCMCredentials, "fcm-credentials", "", "Firebase service-account key (JSON file); empty turns FCM off")
 	fs.StringVar(&p.FCMEndpoint, "fcm-endpoint", p.FCMEndpoint, "FCM HTTP v1 server")
 	fs.BoolVar(&p.WebPush, "webpush", p.WebPush, "send Web Push notifications (VAPID keys are generated and kept with the other secrets)")
 	fs.StringVar(&p.WebPushSubject, "webpush-subject", p.WebPushSubject, "contact for Web Push services (mailto: or https: URL), sent in every VAPID token")
-	fs.BoolVar(&p.AllowPrivate, "push-allow-private", false, "accept Web Push endpoints on loopback and private addresses, and plain http (tests and staging only)")
+	fs.Var(listFlag{&p.WebPushHosts}, "webpush-hosts", "comma-separated push services Web Push endpoints may be on: a host, or *.domain for any host under that domain, either with :port for a port other than 443; * for any public host")
+	fs.BoolVar(&p.AllowPrivate, "push-allow-private", false, "accept Web Push endpoints on any host and port, on loopback and private addresses, and plain http (tests and staging only)")
+	fs.IntVar(maxDevices, "push-max-devices", *maxDevices, "how many devices of one user may be registered for push")
 	fs.StringVar(&p.Content, "push-content", p.Content, "what a notification says of the message: none (conversation, sender, unread count; the app fetches the message) or preview (adds the start of the text)")
 	fs.DurationVar(&p.Grace, "push-grace", p.Grace, "how long a connected device has to take an event before it is pushed anyway")
+}
+
+// listFlag is a flag of comma-separated items, kept in *p. Set drops spaces and empty
+// items, and leaves an empty (not nil) list for an empty value, for Validate to refuse.
+type listFlag struct{ p *[]string }
+
+func (l listFlag) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l listFlag) Set(v string) error {
+	out := []string{}
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	*l.p = out
+	return nil
 }
 
 // pushCmd is `parley push test <user> [--server URL] [--admin-secret S]`: it asks the

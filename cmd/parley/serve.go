@@ -78,7 +78,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&n.Gateway.ConvCreateEvery, "conv-create-every", n.Gateway.ConvCreateEvery, "after the burst, one new conversation per user per this interval (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.ConvCreateBurst, "conv-create-burst", n.Gateway.ConvCreateBurst, "burst of the per-user conversation creation limit")
 	fs.BoolVar(&n.Gateway.DevLogin, "dev-login", false, "let the web client sign in by user and device name alone (development; loopback --addr only)")
-	pushFlags(fs, &n.Push)
+	pushFlags(fs, &n.Push, &n.Chat.MaxPushDevices)
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"unicode/utf8"
 
+	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -37,27 +39,29 @@ func (s *Service) notifyPush(userID string, cursor int64) {
 
 // RegisterPush registers, or replaces, the calling device's push target. A new target
 // starts at the user's latest cursor: nothing from before the registration is pushed. A
-// replaced one keeps its cursor, so that what was pending goes to the new token.
-func (s *Service) RegisterPush(ctx context.Context, me Identity, req protocol.PushRegisterRequest) (protocol.PushDevice, error) {
+// replaced one keeps its cursor, so that what was pending goes to the new token. The
+// write checks, in its transaction, that sess's token is not revoked (a registration that
+// races a revocation is refused, or removed by it) and that the user stays within
+// Config.MaxPushDevices (ErrConflict past it).
+func (s *Service) RegisterPush(ctx context.Context, sess Session, req protocol.PushRegisterRequest) (protocol.PushDevice, error) {
+	me := sess.Identity
 	t, err := s.pushTarget(me, req)
 	if err != nil {
 		return protocol.PushDevice{}, err
 	}
 	err = s.update(ctx, "register push", func(tx store.Tx, _ *outbox) error {
-		old, err := tx.PushTarget(ctx, me.UserID, me.DeviceID)
+		stored, err := store.RegisterPushTarget(ctx, tx, t, sess.gen, s.cfg.MaxPushDevices)
 		switch {
-		case err == nil:
-			t.Cursor = old.Cursor
+		case errors.Is(err, store.ErrStaleGeneration):
+			return fmt.Errorf("%w: %w", ErrUnauthorized, auth.ErrRevoked)
 		case errors.Is(err, store.ErrNotFound):
-			b, err := tx.Cursors(ctx, me.UserID)
-			if err != nil {
-				return err
-			}
-			t.Cursor = b.Last
-		default:
-			return err
+			return fmt.Errorf("%w: unknown user", ErrUnauthorized)
+		case errors.Is(err, store.ErrTooManyTargets):
+			return fmt.Errorf("%w: this user has %d devices registered for push, the most allowed: "+
+				"remove one (DELETE /v1/push/devices/{device_id}) before registering another", ErrConflict, s.cfg.MaxPushDevices)
 		}
-		return tx.PutPushTarget(ctx, t)
+		t = stored
+		return err
 	})
 	if err != nil {
 		return protocol.PushDevice{}, err
@@ -68,7 +72,9 @@ func (s *Service) RegisterPush(ctx context.Context, me Identity, req protocol.Pu
 
 // pushTarget checks a registration and returns it as a target.
 func (s *Service) pushTarget(me Identity, req protocol.PushRegisterRequest) (store.PushTarget, error) {
-	t := store.PushTarget{UserID: me.UserID, DeviceID: me.DeviceID, Provider: req.Provider, Topic: req.Topic,
+	// Topic is not taken: the APNs topic is the server's (--apns-topic). A client's is
+	// accepted for the clients that still send one, and ignored.
+	t := store.PushTarget{UserID: me.UserID, DeviceID: me.DeviceID, Provider: req.Provider,
 		Locale: req.Locale, RegisteredAt: s.nowMS()}
 	switch req.Provider {
 	case protocol.PushAPNs, protocol.PushFCM:
@@ -91,12 +97,8 @@ func (s *Service) pushTarget(me Identity, req protocol.PushRegisterRequest) (sto
 	switch {
 	case len(t.Token) > protocol.MaxPushTokenLen:
 		return t, invalid("token is longer than %d bytes", protocol.MaxPushTokenLen)
-	case req.Provider == protocol.PushAPNs && req.Topic == "":
-		return t, invalid("provider apns needs a topic (the app's bundle id)")
 	case req.Provider != protocol.PushAPNs && req.Topic != "":
 		return t, invalid("topic is only for provider apns")
-	case len(req.Topic) > protocol.MaxPushTopicLen || !printable(req.Topic):
-		return t, invalid("topic must be at most %d printable characters", protocol.MaxPushTopicLen)
 	case len(req.Locale) > protocol.MaxPushLocaleLen || !printable(req.Locale):
 		return t, invalid("locale must be at most %d printable characters", protocol.MaxPushLocaleLen)
 	case !printable(t.Token):

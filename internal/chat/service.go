@@ -28,6 +28,9 @@ type Config struct {
 	// a group that grows past it switches to read fanout for good (docs/design.md, "Large
 	// groups"). Default 500.
 	WriteFanoutMax int
+	// MaxPushDevices is how many devices of one user may be registered for push; a
+	// registration past it is ErrConflict. Default 20.
+	MaxPushDevices int
 }
 
 // DefaultConfig returns the defaults of docs/protocol.md.
@@ -38,6 +41,7 @@ func DefaultConfig() Config {
 		MaxGroupMembers: 100_000,
 		DefaultTokenTTL: 30 * 24 * time.Hour,
 		WriteFanoutMax:  500,
+		MaxPushDevices:  20,
 	}
 }
 
@@ -54,6 +58,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default token ttl must be positive")
 	case c.WriteFanoutMax < 2:
 		return fmt.Errorf("write fanout max must be at least 2")
+	case c.MaxPushDevices < 1:
+		return fmt.Errorf("max push devices must be at least 1")
 	}
 	return nil
 }

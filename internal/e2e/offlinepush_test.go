@@ -205,18 +205,25 @@ func TestPushRetryAndDeadToken(t *testing.T) {
 }
 
 // TestPushAPNs: the fake APNs (HTTP/2, JWT checked) gets the alert with the thread and
-// collapse ids; a 410 with a timestamp removes the registration.
+// collapse ids, under the configured topic whatever topic the client sent; a 410 with a
+// timestamp removes the registration.
 func TestPushAPNs(t *testing.T) {
 	parleytest.OneNode(t, "reads the node's metrics")
 	f := pushtest.NewAPNs(t)
 	n := start(t, func(c *server.Config) {
 		c.Push.APNsKeyFile, c.Push.APNsKeyID, c.Push.APNsTeamID = f.Key.Path, f.Key.KeyID, f.Key.TeamID
+		c.Push.APNsTopic = "com.example.chat"
 		c.Push.APNsEndpoint, c.Push.HTTPClient, c.Push.Content = f.URL(), f.Client(), "preview"
 	})
 	alice := n.user(t, "alice")
 	bob := n.user(t, "bob")
 	const tok = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
-	n.ok(t, "PUT", "/v1/push/device", bob, map[string]any{"provider": "apns", "token": tok, "topic": "com.example.chat"})
+	// A client naming another app's topic (the team's key signs for all its apps) is
+	// ignored: the registration shows none, and the push goes under the server's.
+	reg := n.ok(t, "PUT", "/v1/push/device", bob, map[string]any{"provider": "apns", "token": tok, "topic": "com.example.other-app"})
+	if _, ok := reg["topic"]; ok {
+		t.Fatalf("registration %v shows the client's topic", reg)
+	}
 	d := n.direct(t, alice, "bob")["conv_id"].(string)
 	n.ok(t, "POST", "/v1/messages", alice, map[string]any{"conv_id": d, "client_msg_id": "m1", "content_type": 1, "content": map[string]any{"text": "hello bob"}})
 	waitCount(t, "pushes", f.WaitCount, 1)

@@ -20,6 +20,10 @@ import (
 // send, or an error for statusOf.
 type clientFunc func(r *http.Request, body []byte, me chat.Identity) (int, any, error)
 
+// sessionFunc is a clientFunc that needs the verified token itself, not only whose it is
+// (a write that must not outlive the token's revocation).
+type sessionFunc func(r *http.Request, body []byte, sess chat.Session) (int, any, error)
+
 // adminFunc handles one operator call.
 type adminFunc func(r *http.Request, body []byte) (int, any, error)
 
@@ -27,12 +31,22 @@ type adminFunc func(r *http.Request, body []byte) (int, any, error)
 type empty struct{}
 
 // client wraps a client route: authentication, the request limit, the body limit.
-func (g *Gateway) client(h clientFunc) http.Handler { return g.clientRoute(h, false) }
+func (g *Gateway) client(h clientFunc) http.Handler { return g.clientRoute(identityOnly(h), false) }
 
 // clientSend is client for the send route, which also takes from the send limit.
-func (g *Gateway) clientSend(h clientFunc) http.Handler { return g.clientRoute(h, true) }
+func (g *Gateway) clientSend(h clientFunc) http.Handler { return g.clientRoute(identityOnly(h), true) }
 
-func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
+// clientSession is client for a route that is handed the session.
+func (g *Gateway) clientSession(h sessionFunc) http.Handler { return g.clientRoute(h, false) }
+
+// identityOnly adapts a clientFunc to the session it is not handed.
+func identityOnly(h clientFunc) sessionFunc {
+	return func(r *http.Request, body []byte, sess chat.Session) (int, any, error) {
+		return h(r, body, sess.Identity)
+	}
+}
+
+func (g *Gateway) clientRoute(h sessionFunc, send bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess, err := g.authenticate(r, false)
 		me := sess.Identity
@@ -46,7 +60,7 @@ func (g *Gateway) clientRoute(h clientFunc, send bool) http.Handler {
 		var status int
 		var out any
 		err = g.weighed(r.Context(), me, r.Method != http.MethodGet, func(ctx context.Context) (err error) {
-			status, out, err = h(r.WithContext(ctx), body, me)
+			status, out, err = h(r.WithContext(ctx), body, sess)
 			return err
 		})
 		g.reply(w, r, status, out, err)

@@ -42,7 +42,7 @@ func (nopPresence) Took(string, string, int64) {}
 func (g *Gateway) pushRoutes() {
 	m := g.mux
 	m.HandleFunc("GET /v1/push/vapid", g.vapidKey)
-	m.Handle("PUT /v1/push/device", g.client(g.registerPush))
+	m.Handle("PUT /v1/push/device", g.clientSession(g.registerPush))
 	m.Handle("DELETE /v1/push/device", g.client(g.removeOwnPush))
 	m.Handle("GET /v1/push/devices", g.client(g.pushDevices))
 	m.Handle("DELETE /v1/push/devices/{device_id}", g.client(g.removePush))
@@ -66,12 +66,14 @@ func (g *Gateway) vapidKey(w http.ResponseWriter, r *http.Request) {
 	g.writeJSON(w, http.StatusOK, protocol.VAPIDKey{PublicKey: key})
 }
 
-func (g *Gateway) registerPush(r *http.Request, body []byte, me chat.Identity) (int, any, error) {
+// registerPush is handed the session: the registration's write checks in its
+// transaction that the token was not revoked meanwhile.
+func (g *Gateway) registerPush(r *http.Request, body []byte, sess chat.Session) (int, any, error) {
 	var req protocol.PushRegisterRequest
 	if err := decodeObject(body, &req); err != nil {
 		return 0, nil, err
 	}
-	d, err := g.svc.RegisterPush(r.Context(), me, req)
+	d, err := g.svc.RegisterPush(r.Context(), sess, req)
 	return http.StatusOK, d, err
 }
 

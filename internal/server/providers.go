@@ -24,7 +24,7 @@ func newProviders(ctx context.Context, cfg PushConfig, secret func(string) (stri
 	ps := make(map[string]push.Provider)
 	if cfg.APNsKeyFile != "" {
 		p, err := apns.New(apns.Options{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID,
-			Endpoint: cfg.APNsEndpoint, HTTPClient: cfg.HTTPClient})
+			Topic: cfg.APNsTopic, Endpoint: cfg.APNsEndpoint, HTTPClient: cfg.HTTPClient})
 		if err != nil {
 			return nil, "", fmt.Errorf("apns: %w", err)
 		}
@@ -49,7 +49,7 @@ func newProviders(ctx context.Context, cfg PushConfig, secret func(string) (stri
 		return nil, "", err
 	}
 	p, err := webpush.New(webpush.Options{VAPIDPublicKey: public, VAPIDPrivateKey: private, Subscriber: cfg.WebPushSubject,
-		AllowPrivate: cfg.AllowPrivate, HTTPClient: cfg.HTTPClient})
+		AllowPrivate: cfg.AllowPrivate, Hosts: cfg.WebPushHosts, HTTPClient: cfg.HTTPClient})
 	if err != nil {
 		return nil, "", fmt.Errorf("webpush: %w", err)
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/parleychat/parley/internal/push"
+	"github.com/parleychat/parley/internal/push/webpush"
 )
 
 // PushConfig configures offline push: which providers are on and how notifications read.
@@ -16,6 +18,7 @@ type PushConfig struct {
 	APNsKeyFile    string // .p8 token-auth key; empty: APNs off
 	APNsKeyID      string
 	APNsTeamID     string
+	APNsTopic      string // the app's bundle id: every notification's apns-topic (clients do not choose it)
 	APNsEndpoint   string
 	FCMCredentials string // service-account JSON; empty: FCM off
 	FCMEndpoint    string
@@ -24,6 +27,9 @@ type PushConfig struct {
 	AllowPrivate   bool   // Web Push endpoints on private addresses and plain http (tests)
 	Content        string // "none" or "preview"
 	Grace          time.Duration
+	// WebPushHosts are the push services Web Push endpoints may be on (webpush.Filter.Hosts
+	// patterns); default webpush.DefaultHosts.
+	WebPushHosts []string
 	// HTTPClient, if set, is the providers' client (tests: one that trusts the fakes).
 	HTTPClient *http.Client
 }
@@ -36,6 +42,7 @@ func DefaultPushConfig() PushConfig {
 		FCMEndpoint:    "https://fcm.googleapis.com",
 		WebPush:        true,
 		WebPushSubject: "https://github.com/parleychat/parley",
+		WebPushHosts:   slices.Clone(webpush.DefaultHosts),
 		Content:        "none",
 		Grace:          3 * time.Second,
 	}
@@ -47,8 +54,11 @@ func (c PushConfig) Validate() error {
 	if c.Content != "none" && c.Content != "preview" {
 		errs = append(errs, fmt.Errorf("--push-content must be none or preview, not %q", c.Content))
 	}
-	if c.APNsKeyFile != "" && (c.APNsKeyID == "" || c.APNsTeamID == "") {
-		errs = append(errs, errors.New("--apns-key-file needs --apns-key-id and --apns-team-id"))
+	if c.APNsKeyFile != "" && (c.APNsKeyID == "" || c.APNsTeamID == "" || c.APNsTopic == "") {
+		errs = append(errs, errors.New("--apns-key-file needs --apns-key-id, --apns-team-id and --apns-topic"))
+	}
+	if err := webpush.CheckHosts(c.WebPushHosts); c.WebPush && err != nil {
+		errs = append(errs, fmt.Errorf("--webpush-hosts: %w", err))
 	}
 	if c.WebPush && !strings.HasPrefix(c.WebPushSubject, "mailto:") && !strings.HasPrefix(c.WebPushSubject, "https://") {
 		errs = append(errs, fmt.Errorf("--webpush-subject must be a mailto: or https: URL, not %q", c.WebPushSubject))

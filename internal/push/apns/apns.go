@@ -43,11 +43,15 @@ const tokenTTL = 50 * time.Minute
 // minTokenAge is the shortest life APNs allows a token before it may be replaced.
 const minTokenAge = 20 * time.Minute
 
-// Options configure a Provider. KeyFile, KeyID and TeamID are required.
+// Options configure a Provider. KeyFile, KeyID, TeamID and Topic are required.
 type Options struct {
 	KeyFile string // the .p8 key from Apple's developer portal (PKCS#8 PEM, P-256)
 	KeyID   string // the key's 10-character id (the JWT's kid)
 	TeamID  string // the developer team id (the JWT's iss)
+	// Topic is the app's bundle id, the apns-topic of every notification. It is the
+	// server's to set, not the client's: the key may sign for every app of the team, and a
+	// client naming another app's topic would have the server notify that app.
+	Topic string
 	// Endpoint is the APNs base URL; empty means DefaultEndpoint. Tests point it at
 	// pushtest.APNs.
 	Endpoint string
@@ -65,6 +69,7 @@ type Provider struct {
 	key      *ecdsa.PrivateKey
 	keyID    string
 	teamID   string
+	topic    string // apns-topic, whatever the target says
 	endpoint string
 	conns    *push.Conns
 	now      func() time.Time // the clock for the JWT's iat and age; tests replace it
@@ -78,8 +83,8 @@ var _ push.Provider = (*Provider)(nil)
 
 // New reads the key file and returns a Provider. It signs no token yet: the first Send does.
 func New(opts Options) (*Provider, error) {
-	if opts.KeyFile == "" || opts.KeyID == "" || opts.TeamID == "" {
-		return nil, errors.New("apns: KeyFile, KeyID and TeamID are required")
+	if opts.KeyFile == "" || opts.KeyID == "" || opts.TeamID == "" || opts.Topic == "" {
+		return nil, errors.New("apns: KeyFile, KeyID, TeamID and Topic are required")
 	}
 	pemBytes, err := os.ReadFile(opts.KeyFile)
 	if err != nil {
@@ -96,7 +101,7 @@ func New(opts Options) (*Provider, error) {
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("apns: endpoint: %w", err)
 	}
-	return &Provider{key: key, keyID: opts.KeyID, teamID: opts.TeamID, endpoint: endpoint,
+	return &Provider{key: key, keyID: opts.KeyID, teamID: opts.TeamID, topic: opts.Topic, endpoint: endpoint,
 		conns: push.NewConns(opts.HTTPClient, opts.Connections), now: time.Now}, nil
 }
 
@@ -164,7 +169,7 @@ func (p *Provider) Send(ctx context.Context, t push.Target, n push.Notification)
 	if err != nil {
 		return push.Result{Outcome: push.Rejected, Reason: err.Error()}
 	}
-	setHeaders(req.Header, t, n)
+	setHeaders(req.Header, p.topic, n)
 	req.Header.Set("Authorization", "bearer "+token)
 	resp, err := p.conns.Client().Do(req)
 	if err != nil {
@@ -178,11 +183,13 @@ func (p *Provider) Send(ctx context.Context, t push.Target, n push.Notification)
 	return res
 }
 
-// setHeaders writes the apns-* headers of one notification.
-func setHeaders(h http.Header, t push.Target, n push.Notification) {
+// setHeaders writes the apns-* headers of one notification. The topic is the provider's:
+// a target's Topic (stored by registrations of older servers, which took it from the
+// client) is not used.
+func setHeaders(h http.Header, topic string, n push.Notification) {
 	h.Set("Content-Type", "application/json")
 	h.Set("apns-id", n.ID)
-	h.Set("apns-topic", t.Topic)
+	h.Set("apns-topic", topic)
 	// A badge-only update is still of type alert: "background" is for content-available
 	// wake-ups, which iOS throttles; priority 5 lets APNs batch it to save the battery.
 	h.Set("apns-push-type", "alert")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func newProvider(t *testing.T) (*Provider, *pushtest.APNs) {
 	t.Helper()
 	fake := pushtest.NewAPNs(t)
 	p, err := New(Options{KeyFile: fake.Key.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID,
-		Endpoint: fake.URL(), HTTPClient: fake.Client()})
+		Topic: "chat.parley.app", Endpoint: fake.URL(), HTTPClient: fake.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +38,7 @@ func deviceToken(t testing.TB) string {
 func uuid(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
 
 func target(t testing.TB) push.Target {
-	return push.Target{UserID: "u1", DeviceID: "d1", Provider: push.APNs, Token: deviceToken(t),
-		Topic: "chat.parley.app"}
+	return push.Target{UserID: "u1", DeviceID: "d1", Provider: push.APNs, Token: deviceToken(t)}
 }
 
 func note(i int) push.Notification {
@@ -202,7 +202,7 @@ func TestSendFailures(t *testing.T) {
 func TestSendWrongKeyRejected(t *testing.T) {
 	fake := pushtest.NewAPNs(t)
 	other := pushtest.NewAPNsKey(t)
-	p, err := New(Options{KeyFile: other.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID,
+	p, err := New(Options{KeyFile: other.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID, Topic: "chat.parley.app",
 		Endpoint: fake.URL(), HTTPClient: fake.Client()})
 	if err != nil {
 		t.Fatal(err)
@@ -224,12 +224,26 @@ func TestSendNetworkError(t *testing.T) {
 	}
 }
 
-func TestSendMissingTopicRejected(t *testing.T) {
-	p, _ := newProvider(t)
-	tg := target(t)
-	tg.Topic = ""
-	if res := p.Send(context.Background(), tg, note(1)); res.Outcome != push.Rejected || res.Reason != "MissingTopic" {
-		t.Errorf("Send = %+v, want rejected MissingTopic", res)
+// TestTopicIsTheServers: the apns-topic is the configured one whatever the target carries
+// (a topic stored from a client by an older server, here another app's), and a provider
+// without one is refused at start.
+func TestTopicIsTheServers(t *testing.T) {
+	p, fake := newProvider(t)
+	for _, topic := range []string{"", "com.someone.else", "chat.parley.app.voip"} {
+		tg := target(t)
+		tg.Topic = topic
+		if res := p.Send(context.Background(), tg, note(1)); res.Outcome != push.Delivered {
+			t.Fatalf("Send with target topic %q = %+v", topic, res)
+		}
+	}
+	for i, n := range fake.Notifications() {
+		if n.Topic != "chat.parley.app" {
+			t.Errorf("notification %d went with apns-topic %q, want the configured chat.parley.app", i, n.Topic)
+		}
+	}
+	_, err := New(Options{KeyFile: fake.Key.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID})
+	if err == nil || !strings.Contains(err.Error(), "Topic") {
+		t.Errorf("New without a Topic: %v, want an error naming Topic", err)
 	}
 }
 
@@ -308,7 +322,7 @@ func TestExpiredProviderTokenIsReplaced(t *testing.T) {
 // pusher's workers do; -benchtime=10000x is the 10,000-notification run.
 func BenchmarkSend(b *testing.B) {
 	fake := pushtest.NewAPNs(b)
-	p, err := New(Options{KeyFile: fake.Key.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID,
+	p, err := New(Options{KeyFile: fake.Key.Path, KeyID: fake.Key.KeyID, TeamID: fake.Key.TeamID, Topic: "chat.parley.app",
 		Endpoint: fake.URL(), HTTPClient: fake.Client()})
 	if err != nil {
 		b.Fatal(err)

@@ -48,6 +48,9 @@ type Options struct {
 	// AllowPrivate lets endpoints be http URLs and hosts on loopback or private networks:
 	// for tests with a fake push service on this machine, never in production.
 	AllowPrivate bool
+	// Hosts are the push services endpoints may be on (Filter.Hosts): nil means
+	// DefaultHosts.
+	Hosts []string
 	// HTTPClient replaces the client New builds with NewHTTPClient(AllowPrivate, nil). It
 	// is used as it is: its dialing and redirects are its own (tests that serve TLS pass
 	// NewHTTPClient(true, cfg) with a cfg that trusts their server).
@@ -60,7 +63,7 @@ type Provider struct {
 	publicKey  string
 	privateKey string
 	subscriber string // as webpush-go wants it: without "mailto:"
-	allowPriv  bool
+	filter     Filter // which endpoints it registers and sends to
 	client     *http.Client
 }
 
@@ -81,6 +84,9 @@ func New(o Options) (*Provider, error) {
 	default:
 		return nil, fmt.Errorf("webpush: Subscriber %q: want mailto:address or an https URL", o.Subscriber)
 	}
+	if err := CheckHosts(o.Hosts); err != nil {
+		return nil, err
+	}
 	c := o.HTTPClient
 	if c == nil {
 		c = NewHTTPClient(o.AllowPrivate, nil)
@@ -89,7 +95,7 @@ func New(o Options) (*Provider, error) {
 		publicKey:  o.VAPIDPublicKey,
 		privateKey: o.VAPIDPrivateKey,
 		subscriber: sub,
-		allowPriv:  o.AllowPrivate,
+		filter:     Filter{AllowPrivate: o.AllowPrivate, Hosts: o.Hosts},
 		client:     c,
 	}, nil
 }
@@ -121,11 +127,11 @@ func checkVAPIDKeys(public, private string) error {
 	return nil
 }
 
-// Validate checks a subscription as a device registers it (ParseSubscription with the
-// provider's AllowPrivate): the pusher calls it so that a client learns at once that its
+// Validate checks a subscription as a device registers it (the provider's Filter's
+// ParseSubscription): the pusher calls it so that a client learns at once that its
 // endpoint or keys cannot be used. Errors wrap ErrEndpoint.
 func (p *Provider) Validate(token string) error {
-	_, err := ParseSubscription(token, p.allowPriv)
+	_, err := p.filter.ParseSubscription(token)
 	return err
 }
 
@@ -134,10 +140,11 @@ func (p *Provider) Validate(token string) error {
 func (p *Provider) PublicKey() string { return p.publicKey }
 
 // Send encrypts the JSON of n.Data() for the subscription in t.Token and posts it once.
-// A subscription that does not parse is Unregistered (it can never work); an endpoint whose
+// A subscription that does not parse, or that the Filter refuses (one registered before the
+// rules or the allowed hosts changed), is Unregistered (it can never work); an endpoint whose
 // address the dialer refuses is Rejected; network errors are Retry.
 func (p *Provider) Send(ctx context.Context, t push.Target, n push.Notification) push.Result {
-	sub, err := ParseSubscription(t.Token, p.allowPriv)
+	sub, err := p.filter.ParseSubscription(t.Token)
 	if err != nil {
 		return push.Result{Outcome: push.Unregistered, Reason: err.Error()}
 	}

@@ -240,66 +240,6 @@ func TestDialerRefusesPrivateAddresses(t *testing.T) {
 	resp.Body.Close()
 }
 
-// TestCheckEndpoint: what a client may register. The messages say what to fix.
-func TestCheckEndpoint(t *testing.T) {
-	for _, tc := range []struct {
-		endpoint     string
-		allowPrivate bool
-		want         string // a part of the error, "" for none
-	}{
-		{"https://fcm.googleapis.com/fcm/send/abc:def", false, ""},
-		{"https://updates.push.services.mozilla.com/wpush/v2/gAAAA", false, ""},
-		{"https://web.push.apple.com/QGuQyavXutnMH", false, ""},
-		{"https://8.8.8.8/push", false, ""},
-		{"https://[2001:4860:4860::8888]/push", false, ""},
-		{"http://push.example.com/x", false, "must be an https URL"},
-		{"ftp://push.example.com/x", false, "must be an https URL"},
-		{"", false, "missing"},
-		{"push.example.com/x", false, "must be an https URL"},
-		{"https:///x", false, "with a host"},
-		{"https://user:pw@push.example.com/x", false, "user name or password"},
-		{"https://127.0.0.1/x", false, "loopback"},
-		{"https://127.1.2.3:8443/x", false, "loopback"},
-		{"https://[::1]/x", false, "loopback"},
-		{"https://[::ffff:127.0.0.1]/x", false, "loopback"},
-		{"https://10.1.2.3/x", false, "private (RFC 1918)"},
-		{"https://172.20.0.1/x", false, "private (RFC 1918)"},
-		{"https://192.168.1.1/x", false, "private (RFC 1918)"},
-		{"https://169.254.169.254/latest/meta-data", false, "link-local"},
-		{"https://[fe80::1]/x", false, "link-local"},
-		{"https://[fc00::1]/x", false, "unique local"},
-		{"https://[fd12:3456::1]/x", false, "unique local"},
-		{"https://100.64.0.1/x", false, "carrier-grade NAT"},
-		{"https://0.0.0.0/x", false, "unspecified"},
-		{"https://[::]/x", false, "unspecified"},
-		{"https://224.0.0.1/x", false, "multicast"},
-		{"https://localhost/x", false, "this machine"},
-		{"https://push.localhost./x", false, "this machine"},
-		{"https://push.example.com/x#frag", false, "fragment"},
-		{"https://push.example.com/" + strings.Repeat("a", 3000), false, "longer than"},
-		// With allowPrivate (tests): http and private hosts are fine, the rest is not.
-		{"http://127.0.0.1:9999/push/x", true, ""},
-		{"https://[::1]/x", true, ""},
-		{"http://10.1.2.3/x", true, ""},
-		{"http://localhost:8080/x", true, ""},
-		{"https://[fc00::1]/x", true, ""},
-		{"ftp://127.0.0.1/x", true, "must be an https URL"},
-		{"http://u@127.0.0.1/x", true, "user name or password"},
-	} {
-		t.Run(tc.endpoint, func(t *testing.T) {
-			err := webpush.CheckEndpoint(tc.endpoint, tc.allowPrivate)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("CheckEndpoint(%q, %v) = %v, want nil", tc.endpoint, tc.allowPrivate, err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("CheckEndpoint(%q, %v) = %v, want an error about %q", tc.endpoint, tc.allowPrivate, err, tc.want)
-			case err != nil && !errors.Is(err, webpush.ErrEndpoint):
-				t.Errorf("%v does not wrap ErrEndpoint", err)
-			}
-		})
-	}
-}
-
 // TestParseSubscription checks the keys as well as the endpoint.
 func TestParseSubscription(t *testing.T) {
 	f := pushtest.NewWebPush(t)

@@ -29,6 +29,9 @@ func pushTests() []struct {
 		{"Push/CursorConcurrent", testPushCursorConcurrent},
 		{"Push/Mutes", testPushMutes},
 		{"Push/ErrorLeavesNothing", testPushErrorLeavesNothing},
+		{"Push/RegisterChecks", testPushRegisterChecks},
+		{"Push/RegisterCapConcurrent", testPushRegisterCapConcurrent},
+		{"Push/RegisterRacesRevoke", testPushRegisterRacesRevoke},
 	}
 }
 
