@@ -87,7 +87,7 @@ func (s *stall) addVictim(tb testing.TB, id string) string {
 	tb.Helper()
 	tok := s.n.User(tb, id)
 	s.n.registerWebPush(tb, tok, s.victim.NewSubscription())
-	return s.n.direct(tb, s.sender, id)["conv_id"].(string)
+	return s.n.direct(tb, tok, "alice")["conv_id"].(string) // the victim's: alice's creations are rate limited
 }
 
 // held fails tb unless every dripping user's request is still held: none was cut off,
