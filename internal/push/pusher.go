@@ -3,9 +3,6 @@ package push
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,9 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // Facts is what the pusher needs from the chat rules: the badge and display names.
@@ -150,36 +147,6 @@ type Pusher struct {
 	detached atomic.Int64   // requests waited on apart from the workers (detachAfter)
 
 	names nameCache // senders' display names
-}
-
-// nameCache keeps senders' display names for a minute: a burst to 10,000 devices from one
-// sender reads the name once, and a renamed user shows the new name within a minute.
-type nameCache struct {
-	mu sync.Mutex
-	m  map[string]cachedName
-}
-
-type cachedName struct {
-	name string
-	at   time.Time
-}
-
-const nameTTL = time.Minute
-
-func (c *nameCache) get(uid string, now time.Time) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.m[uid]
-	return n.name, ok && now.Sub(n.at) < nameTTL
-}
-
-func (c *nameCache) put(uid, name string, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= 10000 {
-		c.m = make(map[string]cachedName) // bounded: start again rather than track age
-	}
-	c.m[uid] = cachedName{name, now}
 }
 
 // userState is the pusher's memory of one user with targets.
@@ -717,7 +684,8 @@ func (w *pass) notifies(e *store.Event) bool {
 
 // send sends ns in turn. It returns, when one must be tried again, the time to; whether
 // the target was removed as dead; and whether the device is parked until its origin,
-// which is down, answers again (breaker), or frees a request slot.
+// which is down, answers again (breaker). A device whose origin has no request slot free
+// (OriginShare) is woken when one frees, and comes back after SendTimeout at the latest.
 func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed, parked bool) {
 	p := w.p
 	provider := providerLabel(d.t.Provider)
@@ -931,38 +899,6 @@ func backoff(n int, lo, hi time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// notificationID is the UUID of the push of event cursor to device: the same on every
-// attempt and on every node, so a repeat after a crash is recognisable.
-func notificationID(uid, device string, cursor int64) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", uid, device, cursor))
-	h[6] = h[6]&0x0f | 0x50 // version 5 (name-based)
-	h[8] = h[8]&0x3f | 0x80 // RFC 4122 variant
-	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
-}
-
-// collapseID is the conversation's collapse key: 22 characters of base64url, within every
-// provider's limit (Web Push's Topic takes 32) and the same on every node.
-func collapseID(convID string) string {
-	h := sha256.Sum256([]byte(convID))
-	return base64.RawURLEncoding.EncodeToString(h[:16])
-}
-
-// preview returns the start of a text message (content {"text": "…"}), at most n
-// characters, or "" for any other content.
-func preview(content []byte, n int) string {
-	var c struct {
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(content, &c) != nil || c.Text == "" {
-		return ""
-	}
-	if utf8.RuneCountInString(c.Text) <= n {
-		return c.Text
-	}
-	r := []rune(c.Text)
-	return string(r[:n]) + "…"
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -972,4 +908,57 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// Validator is implemented by a provider that can tell a token it will never accept
+// (a Web Push endpoint on a private address) at registration time.
+type Validator interface {
+	Validate(token string) error
+}
+
+// Check reports why a device's registration with provider could not be pushed to, or nil.
+func (p *Pusher) Check(provider, token string) error {
+	prov := p.o.Providers[provider]
+	if prov == nil {
+		return fmt.Errorf("provider %s is not configured on this server", provider)
+	}
+	if v, ok := prov.(Validator); ok {
+		return v.Validate(token)
+	}
+	return nil
+}
+
+// VAPIDPublicKey returns the Web Push application server key, "" when Web Push is off.
+func (p *Pusher) VAPIDPublicKey() string { return p.o.VAPIDPublicKey }
+
+// Test sends a test notification to each of the user's devices now, bypassing cursors,
+// presence and backoff, and returns each provider's answer: `parley push test`.
+func (p *Pusher) Test(ctx context.Context, userID string) ([]protocol.PushTestResult, error) {
+	var ts []store.PushTarget
+	err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
+		var err error
+		ts, err = tx.PushTargets(ctx, userID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	badge, err := p.o.Facts.Badge(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	var out []protocol.PushTestResult
+	now := p.o.Now()
+	for _, t := range ts {
+		r := protocol.PushTestResult{DeviceID: t.DeviceID, Provider: t.Provider, Outcome: "unconfigured"}
+		if prov := p.o.Providers[t.Provider]; prov != nil {
+			n := Notification{ID: notificationID(userID, t.DeviceID, -now.UnixNano()), CollapseID: "test",
+				SenderName: "Parley", Preview: "Test notification", Badge: badge, Expiration: now.Add(time.Hour)}
+			res := p.request(ctx, nil, prov, Target{UserID: userID, DeviceID: t.DeviceID, Provider: t.Provider, Token: t.Token,
+				Topic: t.Topic, Locale: t.Locale, RegisteredAt: time.UnixMilli(t.RegisteredAt)}, n)
+			r.Outcome, r.Status, r.Reason = res.Outcome.String(), res.Status, res.Reason
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
