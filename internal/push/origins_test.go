@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,10 +103,22 @@ func poll(t *testing.T, what string, cond func() bool) {
 // originWorld is a store with alice, users u00… (each with a device on an origin the test
 // picks) in group g, and a victim in a direct conversation dv with alice, on origin "good".
 type originWorld struct {
-	st   store.Store
-	prov *originProvider
-	p    *Pusher
-	n    int
+	st    store.Store
+	prov  *originProvider
+	p     *Pusher
+	n     int
+	views *atomic.Int64 // the pusher's read transactions
+}
+
+// countingStore counts the read transactions made through it.
+type countingStore struct {
+	store.Store
+	views *atomic.Int64
+}
+
+func (c countingStore) View(ctx context.Context, fn func(tx store.ReadTx) error) error {
+	c.views.Add(1)
+	return c.Store.View(ctx, fn)
 }
 
 func newOriginWorld(t *testing.T, o Options, origins []string) *originWorld {
@@ -156,8 +169,8 @@ func newOriginWorld(t *testing.T, o Options, origins []string) *originWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &originWorld{st: st, prov: newOriginProvider()}
-	o.Store, o.Facts, o.Providers, o.CollapseWindow = st, fakeFacts{}, map[string]Provider{WebPush: w.prov}, time.Nanosecond
+	w := &originWorld{st: st, prov: newOriginProvider(), views: new(atomic.Int64)}
+	o.Store, o.Facts, o.Providers, o.CollapseWindow = countingStore{st, w.views}, fakeFacts{}, map[string]Provider{WebPush: w.prov}, time.Nanosecond
 	w.p = New(o)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -215,6 +228,25 @@ func TestBreakerIsPerOrigin(t *testing.T) {
 	w.prov.await(t, "the victim pushed", func() bool { return w.prov.started["good"] == 1 && w.prov.in["good"] == 0 })
 	if !w.breakerOpen("bad") || w.breakerOpen("good") {
 		t.Fatalf("after the victim's push: bad open %v, good open %v; want only bad", w.breakerOpen("bad"), w.breakerOpen("good"))
+	}
+}
+
+// TestParkedDeviceDoesNotSpin: a device parked by its origin's breaker with more events
+// waiting than one pass reads does not make the pusher read its log again and again until
+// the probe: another pass is only for a device that got through this one.
+func TestParkedDeviceDoesNotSpin(t *testing.T) {
+	w := newOriginWorld(t, Options{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, []string{"bad"})
+	w.prov.script("bad", func(context.Context) Result { return Result{Outcome: Retry, Status: 503} })
+	for range batch + 6 {
+		w.send(t, "g")
+	}
+	poll(t, "the bad origin's breaker open", func() bool { return w.breakerOpen("bad") })
+	w.prov.mu.Lock()
+	before, started := w.views.Load(), w.prov.started["bad"]
+	w.prov.mu.Unlock()
+	w.prov.await(t, "the first probe (after 1 s)", func() bool { return w.prov.started["bad"] > started })
+	if n := w.views.Load() - before; n > 10 {
+		t.Fatalf("%d reads of the log while the device was parked, want a few", n)
 	}
 }
 
