@@ -287,8 +287,9 @@ func (m *Metrics) PushTokenRemoved(provider, reason string) {
 	m.pushRemoved.WithLabelValues(provider, reasonLabel(reason)).Inc()
 }
 
-// reasonLabel keeps a provider's reason usable as a label: short, and one bucket for the
-// unexpected, so that a provider answering free text cannot grow the series without bound.
+// reasonLabel keeps a reason usable as a label: short, and one bucket for the unexpected.
+// The pusher already gives only reasons from fixed sets (the documented provider reasons, a
+// Web Push status: never a service's text), so this is a second guard, not the bound.
 func reasonLabel(r string) string {
 	if len(r) == 0 || len(r) > 40 {
 		return "other"

@@ -5,32 +5,36 @@ import (
 	"time"
 )
 
-// breakerAfter is how many transient failures in a row, across devices, mark a provider
+// breakerAfter is how many transient failures in a row, across devices, mark an origin
 // as down.
 const breakerAfter = 5
 
-// breakerMax bounds the wait between two probes of a provider that is down.
+// breakerMax bounds the wait between two probes of an origin that is down.
 const breakerMax = 30 * time.Second
 
-// breaker keeps the pusher from hammering a provider that is down. Once breakerAfter
-// sends in a row failed for now (5xx, 429, no answer), the provider is open: its devices
-// stop sending and park, and one probe (a parked user's pending push) is let through
-// after 1 s, then 2, 4… up to breakerMax. The first answer that is not a transient failure
-// closes it and wakes every parked user. While a provider is down the pusher sends one
-// request per probe interval, whatever the number of devices waiting: no busy loop, and
-// no device's own backoff grows because of an outage that was not its token's fault.
+// breaker keeps the pusher from hammering a push service that is down. There is one per
+// origin (scheme, host and port: APNs's and FCM's configured endpoints, and each Web Push
+// service a subscription names), so that users who register endpoints that fail stop only
+// their own pushes. Once breakerAfter sends in a row failed for now (5xx, 429, no answer
+// within the deadline), the origin is open: its devices stop sending and park, and one probe
+// (a parked user's pending push) is let through after 1 s, then 2, 4… up to breakerMax. The
+// first answer that is not a transient failure closes it and wakes every parked user. While
+// an origin is down the pusher sends it one request per probe interval, whatever the number
+// of devices waiting: no busy loop, and no device's own backoff grows because of an outage
+// that was not its token's fault.
 type breaker struct {
 	mu      sync.Mutex
-	fails   int // transient failures in a row
+	fails   int       // transient failures in a row
+	last    time.Time // of the last failure
 	open    bool
 	until   time.Time // when the next probe may go
 	wait    time.Duration
 	probing bool
-	parked  map[string]bool // users with pushes waiting for the provider
+	parked  map[string]bool // users with pushes waiting for the origin
 	timer   *time.Timer
 }
 
-// admit reports whether uid may send now; if not, uid is parked until the provider is back.
+// admit reports whether uid may send now; if not, uid is parked until the origin is back.
 func (b *breaker) admit(uid string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -52,13 +56,14 @@ func (b *breaker) parkLocked(uid string) {
 	b.parked[uid] = true
 }
 
-// failed records a transient failure of uid's send. It reports whether the provider is
+// failed records a transient failure of uid's send. It reports whether the origin is
 // now open (uid is then parked), and calls probe with a parked user when the next probe
 // is due.
 func (b *breaker) failed(uid string, now time.Time, probe func(uid string)) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.fails++
+	b.last = now
 	switch {
 	case b.probing:
 		b.probing = false
@@ -94,7 +99,7 @@ func (b *breaker) scheduleLocked(probe func(uid string)) {
 	})
 }
 
-// answered records an answer that shows the provider is up (anything but a transient
+// answered records an answer that shows the origin is up (anything but a transient
 // failure) and returns the users to wake if it was open.
 func (b *breaker) answered() []string {
 	b.mu.Lock()
@@ -113,6 +118,14 @@ func (b *breaker) answered() []string {
 	}
 	clear(b.parked)
 	return woken
+}
+
+// idle reports whether the breaker holds nothing worth keeping: closed, nobody parked, and
+// no failure in the last d.
+func (b *breaker) idle(now time.Time, d time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.open && len(b.parked) == 0 && (b.fails == 0 || now.Sub(b.last) > d)
 }
 
 // stop cancels a pending probe (the pusher is stopping).

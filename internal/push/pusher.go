@@ -3,9 +3,6 @@ package push
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
@@ -31,7 +27,8 @@ type Facts interface {
 	Name(ctx context.Context, userID string) (string, error)
 }
 
-// Observer receives the pusher's measurements; the metrics package implements it.
+// Observer receives the pusher's measurements; the metrics package implements it. Every
+// provider and reason it is given is from a fixed set (labels.go), never a service's text.
 type Observer interface {
 	PushSent(provider string, lag time.Duration) // accepted by the provider; lag from the event's commit
 	PushFailed(provider, reason string)          // rejected for good (the notification is dropped)
@@ -71,8 +68,16 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the exponential backoff between retries (with jitter,
 	// and never shorter than the provider's Retry-After). Defaults 1 s and 1 h.
 	MinBackoff, MaxBackoff time.Duration
-	// Workers is how many users are worked on at once, each with its sends in turn. Default 128.
+	// Workers is how many users are worked on at once, each with its sends in turn. Default
+	// 128. A worker whose request is unanswered after half a second hands its place to a new
+	// one (up to 8 times Workers such requests at once), so slow services do not hold them.
 	Workers int
+	// SendTimeout bounds each provider request whole, its answer's body included. Default
+	// DefaultSendTimeout (10 s).
+	SendTimeout time.Duration
+	// OriginShare is the most requests one push service a client chose (a Web Push origin)
+	// may have under way at once; more wait for a slot. Default Workers/8 (at least 1).
+	OriginShare int
 	// Preview puts up to this many characters of a text message in its notification; 0
 	// (the default) sends no content.
 	Preview int
@@ -102,8 +107,12 @@ func (o *Options) defaults() {
 	def(&o.MaxBackoff, time.Hour)
 	def(&o.FlushEvery, 100*time.Millisecond)
 	def(&o.SweepEvery, 30*time.Second)
+	def(&o.SendTimeout, DefaultSendTimeout)
 	if o.Workers <= 0 {
 		o.Workers = 128
+	}
+	if o.OriginShare <= 0 {
+		o.OriginShare = max(o.Workers/8, 1)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -133,39 +142,11 @@ type Pusher struct {
 	running bool
 	leading atomic.Bool // run is working: this node pushes (Leading)
 
-	breakers map[string]*breaker // by provider
+	origins  *originTable   // by origin: breakers and request slots
+	wg       sync.WaitGroup // the workers of run, detached ones included
+	detached atomic.Int64   // requests waited on apart from the workers (detachAfter)
 
 	names nameCache // senders' display names
-}
-
-// nameCache keeps senders' display names for a minute: a burst to 10,000 devices from one
-// sender reads the name once, and a renamed user shows the new name within a minute.
-type nameCache struct {
-	mu sync.Mutex
-	m  map[string]cachedName
-}
-
-type cachedName struct {
-	name string
-	at   time.Time
-}
-
-const nameTTL = time.Minute
-
-func (c *nameCache) get(uid string, now time.Time) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.m[uid]
-	return n.name, ok && now.Sub(n.at) < nameTTL
-}
-
-func (c *nameCache) put(uid, name string, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= 10000 {
-		c.m = make(map[string]cachedName) // bounded: start again rather than track age
-	}
-	c.m[uid] = cachedName{name, now}
 }
 
 // userState is the pusher's memory of one user with targets.
@@ -182,8 +163,10 @@ type userState struct {
 // deviceState is one target and where its pushes are.
 type deviceState struct {
 	t         store.PushTarget
-	cursor    int64 // every event at or below it is dealt with (t.Cursor is the stored one)
-	attempt   int   // failed attempts of the current notifications
+	origin    string // where its requests go: an Origins provider's origin, else the provider's name
+	limited   bool   // origin is one a client chose: at most OriginShare requests at once
+	cursor    int64  // every event at or below it is dealt with (t.Cursor is the stored one)
+	attempt   int    // failed attempts of the current notifications
 	notBefore time.Time
 	lastPush  time.Time
 }
@@ -191,12 +174,18 @@ type deviceState struct {
 // New returns a pusher; Run starts it.
 func New(o Options) *Pusher {
 	o.defaults()
-	p := &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64),
-		breakers: make(map[string]*breaker)}
-	for name := range o.Providers {
-		p.breakers[name] = &breaker{}
+	return &Pusher{o: o, users: make(map[string]*userState), readyC: make(chan struct{}, 1), dirty: make(map[deviceKey]int64),
+		origins: newOriginTable(o.OriginShare)}
+}
+
+// originOf returns where t's requests go, and whether a client chose it (Origins).
+func (p *Pusher) originOf(t store.PushTarget) (string, bool) {
+	if r, ok := p.o.Providers[t.Provider].(Origins); ok {
+		if o := r.Origin(Target{Provider: t.Provider, Token: t.Token}); o != "" {
+			return o, true
+		}
 	}
-	return p
+	return t.Provider, false
 }
 
 // Run loads every target, works until ctx ends, then writes the cursors it advanced. On a
@@ -254,9 +243,7 @@ func (p *Pusher) run(ctx context.Context) error {
 			}
 		}
 		p.mu.Unlock()
-		for _, b := range p.breakers {
-			b.stop()
-		}
+		p.origins.stop()
 	}()
 	for { // the targets first: a store that is not there yet is waited for, not given up on
 		err := p.sweep(ctx)
@@ -271,9 +258,8 @@ func (p *Pusher) run(ctx context.Context) error {
 			return nil
 		}
 	}
-	var wg sync.WaitGroup
 	for range p.o.Workers {
-		wg.Go(func() { p.work(ctx) })
+		p.wg.Go(func() { p.work(ctx, &worker{}) })
 	}
 	flush := time.NewTicker(p.o.FlushEvery)
 	sweep := time.NewTicker(p.o.SweepEvery)
@@ -287,12 +273,13 @@ func (p *Pusher) run(ctx context.Context) error {
 			p.flush(ctx)
 		case <-sweep.C:
 			p.o.Presence.forget(max(10*p.o.Grace, time.Minute))
+			p.origins.prune(p.o.Now(), 2*breakerMax)
 			if err := p.sweep(ctx); err != nil && ctx.Err() == nil {
 				p.o.Log.Error("push: sweep", "err", err)
 			}
 		}
 	}
-	wg.Wait()
+	p.wg.Wait()
 	p.flush(context.WithoutCancel(ctx))
 	return nil
 }
@@ -425,6 +412,7 @@ func (p *Pusher) loadLocked(uid string, ts []store.PushTarget, wake bool) {
 		d := old[t.DeviceID]
 		if d == nil || d.t.Token != t.Token || d.t.Provider != t.Provider {
 			d = &deviceState{t: t, cursor: t.Cursor}
+			d.origin, d.limited = p.originOf(t)
 		} else {
 			d.t = t
 			d.cursor = max(d.cursor, t.Cursor)
@@ -473,9 +461,14 @@ func (p *Pusher) wakeAtLocked(u *userState, t time.Time) {
 	u.timer.Reset(d)
 }
 
-// work takes users off the ready list until ctx ends.
-func (p *Pusher) work(ctx context.Context) {
+// work takes users off the ready list until ctx ends, or until w, detached, has finished
+// its user.
+func (p *Pusher) work(ctx context.Context, w *worker) {
 	for {
+		if w.detached.Load() {
+			p.detached.Add(-1)
+			return
+		}
 		p.mu.Lock()
 		for len(p.ready) == 0 {
 			p.mu.Unlock()
@@ -506,7 +499,7 @@ func (p *Pusher) work(ctx context.Context) {
 		}
 		p.mu.Unlock()
 
-		more, next, err := p.process(ctx, uid, devices)
+		more, next, err := p.process(ctx, w, uid, devices)
 		if err != nil && ctx.Err() == nil {
 			p.o.Log.Error("push: read the log", "user", uid, "err", err)
 			next = p.o.Now().Add(p.o.MinBackoff)
@@ -539,12 +532,12 @@ const batch = 64
 // sends each device's notifications, and records how far each got. It returns whether
 // the log has more than one pass read, and when to come back for devices that must wait
 // (zero: not needed).
-func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState) (more bool, next time.Time, err error) {
+func (p *Pusher) process(ctx context.Context, wk *worker, uid string, devices []deviceState) (more bool, next time.Time, err error) {
 	from := int64(math.MaxInt64)
 	for _, d := range devices {
 		from = min(from, d.cursor)
 	}
-	w := &pass{p: p, ctx: ctx, uid: uid, badge: -1, muted: make(map[string]bool)}
+	w := &pass{p: p, ctx: ctx, wk: wk, uid: uid, badge: -1, muted: make(map[string]bool)}
 	err = p.o.Store.View(ctx, func(tx store.ReadTx) error {
 		var err error
 		if w.evs, err = tx.Events(ctx, uid, from, batch); err != nil || len(w.evs) == 0 {
@@ -570,12 +563,14 @@ func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState)
 	if err != nil || len(w.evs) == 0 {
 		return false, time.Time{}, err
 	}
-	more = len(w.evs) == batch
 	for i := range devices {
 		if t := w.device(&devices[i]); !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
+	// Another pass only helps a device that got through this one: one that waits (a breaker,
+	// a request slot, a backoff) would read the same events again, in a busy loop.
+	more = len(w.evs) == batch && w.throughAll
 	return more, next, nil
 }
 
@@ -583,11 +578,14 @@ func (p *Pusher) process(ctx context.Context, uid string, devices []deviceState)
 type pass struct {
 	p     *Pusher
 	ctx   context.Context
+	wk    *worker // the worker on it, for detach
 	uid   string
 	evs   []store.Event
 	now   time.Time
 	muted map[string]bool
 	badge int // -1 until read
+	// throughAll is set when a device dealt with every event of the pass.
+	throughAll bool
 }
 
 // device decides and sends one device's notifications for the events of the pass after
@@ -668,6 +666,9 @@ func (w *pass) device(d *deviceState) time.Time {
 		d.lastPush = w.now
 	}
 	p.advance(w.uid, d.t.DeviceID, end, d.lastPush)
+	if end >= w.evs[len(w.evs)-1].Cursor {
+		w.throughAll = true
+	}
 	if !waitFor.IsZero() {
 		return waitFor
 	}
@@ -682,37 +683,36 @@ func (w *pass) notifies(e *store.Event) bool {
 }
 
 // send sends ns in turn. It returns, when one must be tried again, the time to; whether
-// the target was removed as dead; and whether the device is parked until its provider,
-// which is down, answers again (breaker).
+// the target was removed as dead; and whether the device is parked until its origin,
+// which is down, answers again (breaker). A device whose origin has no request slot free
+// (OriginShare) is woken when one frees, and comes back after SendTimeout at the latest.
 func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int64) (retryAt time.Time, removed, parked bool) {
 	p := w.p
-	br := p.breakers[d.t.Provider]
+	provider := providerLabel(d.t.Provider)
+	gaveUp := oldest != math.MaxInt64 && w.now.Sub(time.UnixMilli(oldest)) >= p.o.GiveUpAfter
 	for _, n := range ns {
-		if !br.admit(w.uid, w.now) {
-			return time.Time{}, false, true
-		}
-		res := prov.Send(w.ctx, Target{UserID: w.uid, DeviceID: d.t.DeviceID, Provider: d.t.Provider, Token: d.t.Token,
-			Topic: d.t.Topic, Locale: d.t.Locale, RegisteredAt: time.UnixMilli(d.t.RegisteredAt)}, n)
-		if res.Outcome != Retry {
-			for _, u := range br.answered() {
-				p.wake(u)
+		res, opened, sent := w.attempt(d, prov, n, gaveUp)
+		if !sent {
+			if res.Outcome == Retry { // no slot: woken when one frees, or at the latest then
+				return w.now.Add(p.o.SendTimeout), false, false
 			}
+			return time.Time{}, false, true
 		}
 		switch res.Outcome {
 		case Delivered:
-			p.o.Obs.PushSent(d.t.Provider, p.o.Now().Sub(time.UnixMilli(n.eventTS)))
+			p.o.Obs.PushSent(provider, p.o.Now().Sub(time.UnixMilli(n.eventTS)))
 		case Retry:
 			if w.ctx.Err() != nil {
 				return w.now.Add(p.o.MinBackoff), false, false
 			}
-			if oldest != math.MaxInt64 && w.now.Sub(time.UnixMilli(oldest)) >= p.o.GiveUpAfter {
-				p.o.Obs.PushGaveUp(d.t.Provider)
+			if gaveUp {
+				p.o.Obs.PushGaveUp(provider)
 				p.o.Log.Warn("push: gave up", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
 				continue
 			}
-			p.o.Obs.PushRetried(d.t.Provider)
-			if br.failed(w.uid, w.now, p.wake) {
-				return time.Time{}, false, true // the provider is down: wait for it, not for a backoff
+			p.o.Obs.PushRetried(provider)
+			if opened {
+				return time.Time{}, false, true // the origin is down: wait for it, not for a backoff
 			}
 			d.attempt++
 			wait := backoff(d.attempt, p.o.MinBackoff, p.o.MaxBackoff)
@@ -722,13 +722,13 @@ func (w *pass) send(d *deviceState, prov Provider, ns []Notification, oldest int
 		case Unregistered:
 			if !res.DeadSince.IsZero() && res.DeadSince.Before(time.UnixMilli(d.t.RegisteredAt)) {
 				// Registered again after APNs saw it die: the token lives; drop this one.
-				p.o.Obs.PushFailed(d.t.Provider, res.Reason)
+				p.o.Obs.PushFailed(provider, reasonLabel(d.t.Provider, res))
 				continue
 			}
 			w.remove(d, res)
 			return time.Time{}, true, false
 		default:
-			p.o.Obs.PushFailed(d.t.Provider, res.Reason)
+			p.o.Obs.PushFailed(provider, reasonLabel(d.t.Provider, res))
 			p.o.Log.Warn("push: rejected", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
 		}
 	}
@@ -772,7 +772,7 @@ func (w *pass) remove(d *deviceState, res Result) {
 	if err := p.Reload(w.ctx, w.uid); err != nil {
 		p.o.Log.Error("push: reload targets", "user", w.uid, "err", err)
 	}
-	p.o.Obs.PushTokenRemoved(d.t.Provider, res.Reason)
+	p.o.Obs.PushTokenRemoved(providerLabel(d.t.Provider), reasonLabel(d.t.Provider, res))
 	p.o.Log.Info("push: removed a dead token", "user", w.uid, "device", d.t.DeviceID, "provider", d.t.Provider, "status", res.Status, "reason", res.Reason)
 }
 
@@ -899,38 +899,6 @@ func backoff(n int, lo, hi time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// notificationID is the UUID of the push of event cursor to device: the same on every
-// attempt and on every node, so a repeat after a crash is recognisable.
-func notificationID(uid, device string, cursor int64) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", uid, device, cursor))
-	h[6] = h[6]&0x0f | 0x50 // version 5 (name-based)
-	h[8] = h[8]&0x3f | 0x80 // RFC 4122 variant
-	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
-}
-
-// collapseID is the conversation's collapse key: 22 characters of base64url, within every
-// provider's limit (Web Push's Topic takes 32) and the same on every node.
-func collapseID(convID string) string {
-	h := sha256.Sum256([]byte(convID))
-	return base64.RawURLEncoding.EncodeToString(h[:16])
-}
-
-// preview returns the start of a text message (content {"text": "…"}), at most n
-// characters, or "" for any other content.
-func preview(content []byte, n int) string {
-	var c struct {
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(content, &c) != nil || c.Text == "" {
-		return ""
-	}
-	if utf8.RuneCountInString(c.Text) <= n {
-		return c.Text
-	}
-	r := []rune(c.Text)
-	return string(r[:n]) + "…"
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -986,7 +954,7 @@ func (p *Pusher) Test(ctx context.Context, userID string) ([]protocol.PushTestRe
 		if prov := p.o.Providers[t.Provider]; prov != nil {
 			n := Notification{ID: notificationID(userID, t.DeviceID, -now.UnixNano()), CollapseID: "test",
 				SenderName: "Parley", Preview: "Test notification", Badge: badge, Expiration: now.Add(time.Hour)}
-			res := prov.Send(ctx, Target{UserID: userID, DeviceID: t.DeviceID, Provider: t.Provider, Token: t.Token,
+			res := p.request(ctx, nil, prov, Target{UserID: userID, DeviceID: t.DeviceID, Provider: t.Provider, Token: t.Token,
 				Topic: t.Topic, Locale: t.Locale, RegisteredAt: time.UnixMilli(t.RegisteredAt)}, n)
 			r.Outcome, r.Status, r.Reason = res.Outcome.String(), res.Status, res.Reason
 		}

@@ -326,6 +326,11 @@ func (s *fakeService[N, R]) Requests() int { return s.tally.requestCount() }
 // WaitCount waits until Count reaches n, or returns an error when ctx ends first.
 func (s *fakeService[N, R]) WaitCount(ctx context.Context, n int) error { return s.tally.wait(ctx, n) }
 
+// WaitRequests waits until the fake got n notification requests, whatever it answered.
+func (s *fakeService[N, R]) WaitRequests(ctx context.Context, n int) error {
+	return s.tally.waitRequests(ctx, n)
+}
+
 // SetDown switches the outage on or off: while it is on, every notification request gets a
 // 503, before any check.
 func (s *fakeService[N, R]) SetDown(down bool) { s.replies.setDown(down) }
@@ -359,13 +364,21 @@ type idTally[N any] struct {
 	notes    []N
 	seen     map[string]int // id -> times accepted
 	requests int
-	changed  chan struct{} // closed and replaced at every accept, to wake WaitCount
+	changed  chan struct{} // closed and replaced at every request and accept, to wake waiters
 }
 
 func (t *idTally[N]) request() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.requests++
-	t.mu.Unlock()
+	t.notifyLocked()
+}
+
+func (t *idTally[N]) notifyLocked() {
+	if t.changed != nil {
+		close(t.changed)
+		t.changed = nil
+	}
 }
 
 func (t *idTally[N]) accept(id string, n N) {
@@ -376,10 +389,7 @@ func (t *idTally[N]) accept(id string, n N) {
 	}
 	t.notes = append(t.notes, n)
 	t.seen[id]++
-	if t.changed != nil {
-		close(t.changed)
-		t.changed = nil
-	}
+	t.notifyLocked()
 }
 
 func (t *idTally[N]) count() int {
@@ -408,9 +418,19 @@ func (t *idTally[N]) list() []N {
 
 // wait blocks until n distinct ids were accepted or ctx ends.
 func (t *idTally[N]) wait(ctx context.Context, n int) error {
+	return t.waitUntil(ctx, n, "notifications accepted", func() int { return len(t.seen) })
+}
+
+// waitRequests blocks until n requests came (accepted or not) or ctx ends.
+func (t *idTally[N]) waitRequests(ctx context.Context, n int) error {
+	return t.waitUntil(ctx, n, "requests", func() int { return t.requests })
+}
+
+// waitUntil blocks until count (called with t.mu held) is at least n or ctx ends.
+func (t *idTally[N]) waitUntil(ctx context.Context, n int, what string, count func() int) error {
 	for {
 		t.mu.Lock()
-		got := len(t.seen)
+		got := count()
 		if got >= n {
 			t.mu.Unlock()
 			return nil
@@ -423,7 +443,7 @@ func (t *idTally[N]) wait(ctx context.Context, n int) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("pushtest: %d of %d notifications accepted: %w", got, n, ctx.Err())
+			return fmt.Errorf("pushtest: %d of %d %s: %w", got, n, what, ctx.Err())
 		}
 	}
 }

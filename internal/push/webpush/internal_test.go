@@ -61,3 +61,19 @@ func TestValidTopic(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointOrigin: endpoints that reach the same service (case, a default port written or
+// not, a trailing dot) are one origin, and another port is another origin.
+func TestEndpointOrigin(t *testing.T) {
+	for _, tc := range []struct{ endpoint, want string }{
+		{"https://fcm.googleapis.com/fcm/send/abc", "https://fcm.googleapis.com:443"},
+		{"https://FCM.googleapis.com.:443/fcm/send/def", "https://fcm.googleapis.com:443"},
+		{"https://push.example:8443/x", "https://push.example:8443"},
+		{"http://127.0.0.1/x", "http://127.0.0.1:80"},
+		{"https://[2001:db8::1]/x", "https://[2001:db8::1]:443"},
+	} {
+		if got := endpointOrigin(tc.endpoint); got != tc.want {
+			t.Errorf("endpointOrigin(%s) = %s, want %s", tc.endpoint, got, tc.want)
+		}
+	}
+}

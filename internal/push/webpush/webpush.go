@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -67,7 +68,10 @@ type Provider struct {
 	client     *http.Client
 }
 
-var _ push.Provider = (*Provider)(nil)
+var (
+	_ push.Provider = (*Provider)(nil)
+	_ push.Origins  = (*Provider)(nil)
+)
 
 // New checks the options and returns a Provider.
 func New(o Options) (*Provider, error) {
@@ -133,6 +137,34 @@ func checkVAPIDKeys(public, private string) error {
 func (p *Provider) Validate(token string) error {
 	_, err := p.filter.ParseSubscription(token)
 	return err
+}
+
+// Origin returns the origin of the subscription's endpoint, scheme://host:port in lower
+// case with the port always written, or "" when the token is not a usable subscription:
+// the pusher keeps a breaker and a share of its requests for each push service
+// (push.Origins).
+func (p *Provider) Origin(t push.Target) string {
+	sub, err := ParseSubscription(t.Token, p.allowPriv)
+	if err != nil {
+		return ""
+	}
+	return endpointOrigin(sub.Endpoint)
+}
+
+// endpointOrigin is scheme://host:port of a checked endpoint URL.
+func endpointOrigin(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	scheme, host, port := strings.ToLower(u.Scheme), strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), u.Port()
+	if port == "" {
+		port = "443"
+		if scheme == "http" {
+			port = "80"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // PublicKey returns the VAPID public key, base64url: the applicationServerKey browsers

@@ -343,3 +343,35 @@ func TestSendConcurrent(t *testing.T) {
 		t.Errorf("fake refused: %v", errs[0])
 	}
 }
+
+// TestSendDeadlineCoversTheBody: an endpoint that answers its status at once and then drips
+// the body holds Send only until the context's deadline (the pusher's SendTimeout), for a
+// 201 as for a 503; without it the drain of the body would wait for as long as the drip.
+func TestSendDeadlineCoversTheBody(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		want   push.Outcome
+	}{{http.StatusCreated, push.Delivered}, {http.StatusServiceUnavailable, push.Retry}} {
+		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
+			d := pushtest.NewDrip(t, c.status, 1)
+			p, _ := newProvider(t, pushtest.NewWebPush(t))
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			done := make(chan push.Result, 1)
+			go func() { done <- p.Send(ctx, target(d.Subscription()), notification("n1")) }()
+			var res push.Result
+			select {
+			case res = <-done:
+			case <-time.After(10 * time.Second): // a bound on failure: the drip never ends by itself
+				d.Release()
+				t.Fatal("Send outlived its context's deadline while the body dripped")
+			}
+			if res.Outcome != c.want || res.Status != c.status {
+				t.Fatalf("Send = %+v, want %v with status %d", res, c.want, c.status)
+			}
+			if _, _, total := d.Counts(); total != 1 {
+				t.Fatalf("%d requests, want 1", total)
+			}
+		})
+	}
+}
