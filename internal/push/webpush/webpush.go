@@ -144,7 +144,7 @@ func (p *Provider) Validate(token string) error {
 // the pusher keeps a breaker and a share of its requests for each push service
 // (push.Origins).
 func (p *Provider) Origin(t push.Target) string {
-	sub, err := ParseSubscription(t.Token, p.allowPriv)
+	sub, err := p.filter.ParseSubscription(t.Token)
 	if err != nil {
 		return ""
 	}
