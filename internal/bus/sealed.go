@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/crypto/chacha20"
 	"golang.org/x/crypto/chacha20poly1305"
 )
 
@@ -81,8 +82,11 @@ type SealOptions struct {
 //
 // sealed with XChaCha20-Poly1305: the nonce is sender and counter (a random id per Sealed
 // value and a counter it never repeats, so a nonce is never used twice with one key), and
-// the additional data is the header followed by the subject, so that every header field is
+// the additional data is the subject followed by the header, so that every header field is
 // authenticated and a message sealed for one subject does not open on another.
+// XChaCha20's first step depends only on the key and the nonce's first 16 bytes, the
+// sender, so it is done once per sender and key (sealKey.own, senderWindow.aeads) and each
+// message costs one ChaCha20-Poly1305 with no allocation.
 //
 // Sealed keeps the guarantees of Bus. Close ends its own subscriptions and leaves the inner
 // bus open: its owner closes it.
@@ -125,6 +129,7 @@ const (
 	senderLen   = 16
 	headerLen   = 1 + 4 + senderLen + 8 + 8
 	tagLen      = chacha20poly1305.Overhead
+	nonceLen    = chacha20poly1305.NonceSize
 	// maxSenders bounds the senders whose counters are remembered. Only holders of the key
 	// can add one (a sender counts once its message opened), and a node adds one per start.
 	maxSenders = 4096
@@ -140,17 +145,29 @@ type keyring struct {
 }
 
 type sealKey struct {
-	id   uint32
-	aead cipher.AEAD // built once per key
+	id     uint32
+	secret []byte
+	own    cipher.AEAD // for this node's sender id, built once per key
 }
 
-func (r *keyring) get(id uint32) cipher.AEAD {
+func (r *keyring) get(id uint32) *sealKey {
 	for i := range r.keys {
 		if r.keys[i].id == id {
-			return r.keys[i].aead
+			return &r.keys[i]
 		}
 	}
 	return nil
+}
+
+// senderAEAD is XChaCha20-Poly1305 with secret for the nonces that start with sender: the
+// ChaCha20-Poly1305 of the key HChaCha20 derives from them, which takes the nonce's last 8
+// bytes after 4 zero bytes.
+func senderAEAD(secret []byte, sender []byte) (cipher.AEAD, error) {
+	sub, err := chacha20.HChaCha20(secret, sender)
+	if err != nil {
+		return nil, err
+	}
+	return chacha20poly1305.New(sub)
 }
 
 // Seal returns inner sealed with the keys of keys, which must hold at least one (ErrNoKey
@@ -202,11 +219,11 @@ func (s *Sealed) reload(ctx context.Context) error {
 		if len(r.keys) == s.keep {
 			break
 		}
-		aead, err := chacha20poly1305.NewX(k.Secret)
+		own, err := senderAEAD(k.Secret, s.sender[:])
 		if err != nil {
 			return fmt.Errorf("bus: cluster key %d: %w", k.ID, err)
 		}
-		r.keys = append(r.keys, sealKey{id: k.ID, aead: aead})
+		r.keys = append(r.keys, sealKey{id: k.ID, secret: k.Secret, own: own})
 	}
 	if len(r.keys) == 0 {
 		return ErrNoKey
@@ -255,9 +272,9 @@ func (s *Sealed) forgetSenders() {
 	s.senders.Store(&next)
 }
 
-// keyFor returns the AEAD of key id, reading the keyring again (at most once a second)
+// keyFor returns key id, reading the keyring again (at most once a second)
 // when the node does not know it: another node may have started sealing with a new key.
-func (s *Sealed) keyFor(id uint32) cipher.AEAD {
+func (s *Sealed) keyFor(id uint32) *sealKey {
 	if a := s.ring.Load().get(id); a != nil {
 		return a
 	}
@@ -291,18 +308,19 @@ func (s *Sealed) Publish(ctx context.Context, subject string, data []byte) error
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
 	key := &s.ring.Load().keys[0]
-	// The buffer is subject | header | ciphertext | tag: the additional data (subject and
-	// header) is contiguous, and the envelope is the part after the subject.
-	buf := slices.Grow((*bp)[:0], len(subject)+headerLen+len(data)+tagLen)
+	// The buffer is nonce | subject | header | ciphertext | tag: the additional data
+	// (subject and header) is contiguous, and the envelope is the part after the subject.
+	buf := slices.Grow((*bp)[:0], nonceLen+len(subject)+headerLen+len(data)+tagLen)
+	n := s.counter.Add(1)
+	buf = binary.BigEndian.AppendUint64(append(buf, 0, 0, 0, 0), n)
 	buf = append(buf, subject...)
 	buf = append(buf, sealVersion)
 	buf = binary.BigEndian.AppendUint32(buf, key.id)
 	buf = append(buf, s.sender[:]...)
-	buf = binary.BigEndian.AppendUint64(buf, s.counter.Add(1))
+	buf = binary.BigEndian.AppendUint64(buf, n)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(s.now().UnixNano()))
-	hdr := len(subject)
-	nonce := buf[hdr+5 : hdr+5+senderLen+8]
-	buf = key.aead.Seal(buf, nonce, data, buf[:hdr+headerLen])
+	hdr := nonceLen + len(subject)
+	buf = key.own.Seal(buf, buf[:nonceLen], data, buf[nonceLen:hdr+headerLen])
 	*bp = buf
 	return s.inner.Publish(ctx, subject, buf[hdr:])
 }
@@ -376,15 +394,27 @@ func (s *Sealed) open(bp *[]byte, subject string, data []byte) ([]byte, string) 
 	case len(data) < headerLen+tagLen:
 		return nil, RejectMalformed
 	}
-	aead := s.keyFor(binary.BigEndian.Uint32(data[1:5]))
-	if aead == nil {
+	key := s.keyFor(binary.BigEndian.Uint32(data[1:5]))
+	if key == nil {
 		return nil, RejectUnknownKey
 	}
-	buf := slices.Grow((*bp)[:0], len(subject)+len(data))
+	sender := [senderLen]byte(data[5 : 5+senderLen])
+	w := (*s.senders.Load())[sender]
+	aead := w.aead(key.id)
+	derived := aead == nil
+	if derived { // a sender or key not seen yet: kept only once a message opens with it
+		var err error
+		if aead, err = senderAEAD(key.secret, sender[:]); err != nil {
+			return nil, RejectForged
+		}
+	}
+	buf := slices.Grow((*bp)[:0], nonceLen+len(subject)+len(data))
+	buf = append(buf, 0, 0, 0, 0)
+	buf = append(buf, data[5+senderLen:5+senderLen+8]...)
 	buf = append(buf, subject...)
 	buf = append(buf, data[:headerLen]...)
 	aad := len(buf)
-	plain, err := aead.Open(buf[aad:aad], data[5:5+senderLen+8], data[headerLen:], buf[:aad])
+	plain, err := aead.Open(buf[aad:aad], buf[:nonceLen], data[headerLen:], buf[nonceLen:aad])
 	if err != nil {
 		return nil, RejectForged
 	}
@@ -393,22 +423,51 @@ func (s *Sealed) open(bp *[]byte, subject string, data []byte) ([]byte, string) 
 	if ts := int64(binary.BigEndian.Uint64(data[5+senderLen+8 : headerLen])); ts < now-s.window || ts > now+s.window {
 		return nil, RejectStale
 	}
-	if !s.fresh([senderLen]byte(data[5:5+senderLen]), binary.BigEndian.Uint64(data[5+senderLen:5+senderLen+8]), now) {
+	if w == nil {
+		if w = s.addSender(sender); w == nil {
+			return nil, RejectReplayed
+		}
+	}
+	if derived {
+		w.addAEAD(key.id, aead)
+	}
+	if !w.fresh(binary.BigEndian.Uint64(data[5+senderLen:5+senderLen+8]), now) {
 		return nil, RejectReplayed
 	}
 	return plain, ""
 }
 
-// fresh records counter for sender and reports whether it was the first time.
-func (s *Sealed) fresh(sender [senderLen]byte, counter uint64, now int64) bool {
-	w := (*s.senders.Load())[sender]
-	if w == nil {
-		if w = s.addSender(sender); w == nil {
-			return false
-		}
-	}
+// fresh records counter and reports whether it was the first time.
+func (w *senderWindow) fresh(counter uint64, now int64) bool {
 	w.last.Store(now)
 	return w.shards[counter%replayShards].accept(counter / replayShards)
+}
+
+// aead returns the sender's AEAD for key id, nil if there is none yet (or w is nil).
+func (w *senderWindow) aead(id uint32) cipher.AEAD {
+	if w == nil {
+		return nil
+	}
+	for _, k := range *w.aeads.Load() {
+		if k.id == id {
+			return k.aead
+		}
+	}
+	return nil
+}
+
+// addAEAD keeps aead as the sender's for key id, with at most the newest few.
+func (w *senderWindow) addAEAD(id uint32, aead cipher.AEAD) {
+	w.aeadsMu.Lock()
+	defer w.aeadsMu.Unlock()
+	old := *w.aeads.Load()
+	for _, k := range old {
+		if k.id == id {
+			return
+		}
+	}
+	next := append([]senderKey{{id, aead}}, old[:min(len(old), 3)]...)
+	w.aeads.Store(&next)
 }
 
 // addSender returns sender's record, adding one unless maxSenders are known already.
@@ -427,6 +486,7 @@ func (s *Sealed) addSender(sender [senderLen]byte) *senderWindow {
 		next[k] = w
 	}
 	w := new(senderWindow)
+	w.aeads.Store(&[]senderKey{})
 	next[sender] = w
 	s.senders.Store(&next)
 	return w
@@ -527,8 +587,16 @@ const replayShards = 16
 const windowWords = 64
 
 type senderWindow struct {
-	last   atomic.Int64 // Unix nanoseconds when last heard
-	shards [replayShards]windowShard
+	last    atomic.Int64                // Unix nanoseconds when last heard
+	aeads   atomic.Pointer[[]senderKey] // replaced whole, under aeadsMu
+	aeadsMu sync.Mutex
+	shards  [replayShards]windowShard
+}
+
+// senderKey is a key's AEAD for one sender's nonces (senderAEAD).
+type senderKey struct {
+	id   uint32
+	aead cipher.AEAD
 }
 
 // windowShard is a sliding bitmap of counters (as in IPsec and WireGuard): top is the

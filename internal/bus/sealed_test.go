@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/chacha20poly1305"
+
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/bus/bustest"
 )
@@ -137,6 +139,15 @@ func TestSealedRejects(t *testing.T) {
 	if id, _, _, ts := header(env); id != 1 || time.Since(time.Unix(0, ts)) > time.Minute {
 		t.Fatalf("header: key id %d, timestamp %v", id, time.Unix(0, ts))
 	}
+	// The envelope is plain XChaCha20-Poly1305, as documented.
+	keys, _ := p.keys.BusKeys(context.Background())
+	x, err := chacha20poly1305.NewX(keys[0].Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, err := x.Open(nil, env[5:29], env[37:], append([]byte(subject), env[:37]...)); err != nil || string(plain) != `{"k":"e","secret":"hello"}` {
+		t.Fatalf("XChaCha20-Poly1305 opens the envelope as %q, %v", plain, err)
+	}
 	unknown := bytes.Clone(env)
 	binary.BigEndian.PutUint32(unknown[1:5], 99)
 	altered := bytes.Clone(env)
@@ -245,7 +256,7 @@ func TestSealedRotation(t *testing.T) {
 	p.keys.Add(t)
 	reads := p.keys.Reads()
 	c := bustest.Seal(t, p.inner, p.keys, bus.SealOptions{}) // seals with key 2
-	for _, from := range []*bus.Sealed{c, p.a, c} {         // a still seals with key 1
+	for _, from := range []*bus.Sealed{c, p.a, c} {          // a still seals with key 1
 		if err := from.Publish(ctx, subject, []byte("during")); err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +339,8 @@ func (l *loopback) Unsubscribe() error { return nil }
 func BenchmarkSealOpen(b *testing.B) {
 	s := bustest.Seal(b, &loopback{}, bustest.NewKeys(b), bus.SealOptions{})
 	n := 0
-	if _, err := s.Subscribe(bus.UserSubject("bob"), func(data []byte) { n += len(data) }); err != nil {
+	subject := bus.UserSubject("bob")
+	if _, err := s.Subscribe(subject, func(data []byte) { n += len(data) }); err != nil {
 		b.Fatal(err)
 	}
 	msg := bytes.Repeat([]byte("x"), 200)
@@ -336,7 +348,7 @@ func BenchmarkSealOpen(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(msg)))
 	for b.Loop() {
-		if err := s.Publish(ctx, bus.UserSubject("bob"), msg); err != nil {
+		if err := s.Publish(ctx, subject, msg); err != nil {
 			b.Fatal(err)
 		}
 	}
