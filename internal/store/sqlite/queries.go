@@ -106,7 +106,7 @@ func statementSQL() [numStmts]string {
 		stPushTargets: `SELECT ` + pushCols + ` FROM push_targets WHERE user_id = ? ORDER BY device_id`,
 		stPushTargetsAfter: `SELECT ` + pushCols + ` FROM push_targets WHERE (user_id, device_id) > (?, ?)
 			ORDER BY user_id, device_id LIMIT ?`,
-		stMutes: `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
+		stMutes:   `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
 		stBusKeys: `SELECT id, secret, created_at FROM bus_keys ORDER BY id`,
 
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
