@@ -58,6 +58,9 @@ type Config struct {
 	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
 	// several nodes in one process on one bus.Memory.
 	Bus bus.Bus
+	// BusNoSeal turns off the sealing of bus messages with the cluster key (bus.Seal), which
+	// is on by default, either bus: only to measure its cost or on a trusted network.
+	BusNoSeal bool
 	// Push configures offline push (push.go).
 	Push PushConfig
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
@@ -116,6 +119,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		b = nb
 		s.closes = append(s.closes, nb.Close)
+	}
+	if b != nil && !cfg.BusNoSeal {
+		sb, err := sealBus(ctx, st, b, m, cfg.Logger, time.Now().UnixMilli())
+		if err != nil {
+			s.closeOwn()
+			return nil, err
+		}
+		b = sb
+		s.closes = append(s.closes, sb.Close) // before the inner bus (closes run backwards)
 	}
 	secret := Secrets(ctx, cfg, st)
 	signer, dirKey, err := Keys(secret)
