@@ -94,6 +94,7 @@ type Sealed struct {
 	inner  Bus
 	keys   KeySource
 	window int64 // nanoseconds
+	noEcho bool  // the inner bus never hands this bus its own messages (NATS.NoEcho)
 	keep   int
 	reject func(string)
 	log    *slog.Logger
@@ -195,6 +196,9 @@ func Seal(ctx context.Context, inner Bus, keys KeySource, opts SealOptions) (*Se
 	}
 	s := &Sealed{inner: inner, keys: keys, window: int64(opts.Window), keep: opts.Keep, reject: opts.OnReject,
 		log: opts.Logger, now: opts.Now, topics: make(map[string]*sealedTopic), stop: make(chan struct{})}
+	if e, ok := inner.(interface{ NoEcho() bool }); ok {
+		s.noEcho = e.NoEcho()
+	}
 	if _, err := rand.Read(s.sender[:]); err != nil {
 		return nil, fmt.Errorf("bus: seal: sender id: %w", err)
 	}
@@ -399,6 +403,9 @@ func (s *Sealed) open(bp *[]byte, subject string, data []byte) ([]byte, string) 
 		return nil, RejectUnknownKey
 	}
 	sender := [senderLen]byte(data[5 : 5+senderLen])
+	if s.noEcho && sender == s.sender { // a copy of this bus's own, published by another
+		return nil, RejectReplayed
+	}
 	w := (*s.senders.Load())[sender]
 	aead := w.aead(key.id)
 	derived := aead == nil
