@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/parleychat/parley/internal/bus/bustest"
 	"github.com/parleychat/parley/internal/parleytest"
 	"github.com/parleychat/parley/internal/server"
+	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/postgres/pgtest"
 )
 
@@ -26,6 +28,7 @@ import (
 // busCluster is two nodes on one PostgreSQL schema and NATS, and the attacker's connection.
 type busCluster struct {
 	a, b    *node
+	url     string // the nodes' PostgreSQL schema
 	prefix  string
 	spy     *nats.Conn
 	spyMu   sync.Mutex
@@ -33,12 +36,12 @@ type busCluster struct {
 	spyNews chan struct{}
 }
 
-func startBusCluster(t *testing.T) *busCluster {
+func startBusCluster(t *testing.T, configure ...func(*server.Config)) *busCluster {
 	t.Helper()
 	parleytest.OneNode(t, "it builds its cluster itself")
 	bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{}).Close() // skips when NATS is absent
 	url := pgtest.SchemaURL(t, t.TempDir())
-	c := &busCluster{prefix: bustest.RandomPrefix(t), spyNews: make(chan struct{}, 1)}
+	c := &busCluster{prefix: bustest.RandomPrefix(t), spyNews: make(chan struct{}, 1), url: url}
 	nodes := make([]*node, 2)
 	for i := range nodes {
 		cfg := server.DefaultConfig(t.TempDir())
@@ -46,6 +49,9 @@ func startBusCluster(t *testing.T) *busCluster {
 		cfg.AdminSecret = "test-admin-secret"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Bus = bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: c.prefix, NoEcho: true})
+		for _, f := range configure {
+			f(&cfg)
+		}
 		nodes[i] = &node{parleytest.StartWith(t, cfg)}
 	}
 	c.a, c.b = nodes[0], nodes[1]
@@ -243,4 +249,71 @@ func TestBusAttackReplay(t *testing.T) {
 	expectRejected(t, "the replay onto carol's subject", c.a, bus.RejectForged, before, bobWS, carolWS)
 	bobWS.ping()
 	carolWS.ping()
+}
+
+// TestBusKeyRotation rotates the cluster key while two nodes exchange messages both ways:
+// every message arrives live, in order, both nodes go over to the new key (the attacker's
+// view of the envelopes shows it), and neither drops anything.
+func TestBusKeyRotation(t *testing.T) {
+	c := startBusCluster(t, func(cfg *server.Config) { cfg.BusKeyReload = 100 * time.Millisecond })
+	alice, bob := c.a.user(t, "alice"), c.a.user(t, "bob")
+	conv := c.a.direct(t, alice, "bob")["conv_id"].(string)
+	aliceWS := c.a.dial(t, alice, c.a.latest(t, alice))
+	bobWS := c.b.dial(t, bob, c.b.latest(t, bob))
+	exchange := func(i int) {
+		t.Helper()
+		c.a.send(t, alice, conv, fmt.Sprintf("alice-%d", i))
+		c.b.send(t, bob, conv, fmt.Sprintf("bob-%d", i))
+		for _, ws := range []*wsClient{aliceWS, bobWS} {
+			for _, want := range []string{fmt.Sprintf("alice-%d", i), fmt.Sprintf("bob-%d", i)} {
+				if got := obj(t, ws.event()["data"])["client_msg_id"]; got != want {
+					t.Fatalf("message %d: got %v, want %s", i, got, want)
+				}
+			}
+		}
+	}
+	for i := range 3 {
+		exchange(i)
+	}
+	st, err := server.OpenStore(t.Context(), server.Config{Engine: "postgres", PostgresURL: c.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k, err := store.RotateBusKey(t.Context(), st, time.Now().UnixMilli(), server.NewBusSecret)
+	if err != nil || k.ID != 2 {
+		t.Fatalf("RotateBusKey = %d, %v; want key 2", k.ID, err)
+	}
+	seen := c.seen()
+	timeout := time.After(deadline)
+	for i := 3; c.sendersWithKey(seen, 2) < 2; i++ { // until both nodes seal with key 2
+		select {
+		case <-timeout:
+			t.Fatalf("after %d exchanges, %d nodes seal with the new key", i-3, c.sendersWithKey(seen, 2))
+		default:
+		}
+		exchange(i)
+	}
+	exchange(1000)
+	for _, n := range []*node{c.a, c.b} {
+		for _, r := range bus.RejectReasons {
+			if v := rejected(t, n, r); v != 0 {
+				t.Errorf("a node rejected %v messages as %s across the rotation", v, r)
+			}
+		}
+	}
+}
+
+// sendersWithKey counts the senders of the envelopes the attacker saw, after the first
+// `after`, sealed with key id.
+func (c *busCluster) sendersWithKey(after int, id uint32) int {
+	c.spyMu.Lock()
+	defer c.spyMu.Unlock()
+	senders := map[string]bool{}
+	for _, m := range c.spied[after:] {
+		if len(m.Data) >= 21 && binary.BigEndian.Uint32(m.Data[1:5]) == id {
+			senders[string(m.Data[5:21])] = true
+		}
+	}
+	return len(senders)
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"log/slog"
 	"math"
+	"time"
 
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/metrics"
@@ -15,11 +15,11 @@ import (
 // sealBus wraps b in the cluster key's seal (docs/deployment.md, "Trust model"): what the
 // node publishes is sealed, and only what opens reaches chat and the push feed. The first
 // key is created in the store if there is none yet.
-func sealBus(ctx context.Context, st store.Store, b bus.Bus, m *metrics.Metrics, log *slog.Logger, now int64) (*bus.Sealed, error) {
-	if _, err := store.EnsureBusKey(ctx, st, now, NewBusSecret); err != nil {
+func sealBus(ctx context.Context, cfg Config, st store.Store, b bus.Bus, m *metrics.Metrics) (*bus.Sealed, error) {
+	if _, err := store.EnsureBusKey(ctx, st, time.Now().UnixMilli(), NewBusSecret); err != nil {
 		return nil, fmt.Errorf("bus cluster key: %w", err)
 	}
-	return bus.Seal(ctx, b, StoreBusKeys{Store: st}, bus.SealOptions{OnReject: m.BusRejected, Logger: log})
+	return bus.Seal(ctx, b, StoreBusKeys{Store: st}, bus.SealOptions{Reload: cfg.BusKeyReload, OnReject: m.BusRejected, Logger: cfg.Logger})
 }
 
 // NewBusSecret returns a fresh cluster key secret.
