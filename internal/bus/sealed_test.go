@@ -374,3 +374,39 @@ func BenchmarkSealOpenParallel(b *testing.B) {
 		}
 	})
 }
+
+// FuzzSealedOpen hands the opening side whatever an attacker may publish: it must never
+// panic, and nothing but a genuine envelope reaches the handler.
+func FuzzSealedOpen(f *testing.F) {
+	inner := bus.NewMemory(bus.MemoryOptions{})
+	defer inner.Close()
+	keys := bustest.NewKeys(f)
+	a := bustest.Seal(f, inner, keys, bus.SealOptions{})
+	env := make(chan []byte, 1)
+	raw, err := inner.Subscribe("t.fuzz", func(data []byte) { env <- bytes.Clone(data) })
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := a.Publish(context.Background(), "t.fuzz", []byte(`{"k":"w","c":1}`)); err != nil {
+		f.Fatal(err)
+	}
+	sealed := <-env
+	_ = raw.Unsubscribe()
+	f.Add(sealed)
+	f.Add([]byte(`{"n":"x","k":"e"}`))
+	f.Add(sealed[:40])
+	f.Add([]byte{0xA1})
+	b := &loopback{}
+	s := bustest.Seal(f, b, keys, bus.SealOptions{})
+	var got [][]byte
+	if _, err := s.Subscribe("t.fuzz", func(data []byte) { got = append(got, bytes.Clone(data)) }); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got = got[:0]
+		b.h(data)
+		if len(got) > 0 && !bytes.Equal(data, sealed) {
+			t.Fatalf("a made-up envelope %x opened as %q", data, got[0])
+		}
+	})
+}
