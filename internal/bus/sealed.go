@@ -309,8 +309,8 @@ func (s *Sealed) Publish(ctx context.Context, subject string, data []byte) error
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	bp := s.bufs.Get().(*[]byte)
-	defer s.bufs.Put(bp)
+	bp := s.getBuf()
+	defer s.putBuf(bp)
 	key := &s.ring.Load().keys[0]
 	// The buffer is nonce | subject | header | ciphertext | tag: the additional data
 	// (subject and header) is contiguous, and the envelope is the part after the subject.
@@ -327,6 +327,18 @@ func (s *Sealed) Publish(ctx context.Context, subject string, data []byte) error
 	buf = key.own.Seal(buf, buf[:nonceLen], data, buf[nonceLen:hdr+headerLen])
 	*bp = buf
 	return s.inner.Publish(ctx, subject, buf[hdr:])
+}
+
+// maxPooled is the largest buffer kept for reuse: a rare large message does not hold its
+// memory for ever.
+const maxPooled = 64 << 10
+
+func (s *Sealed) getBuf() *[]byte { return s.bufs.Get().(*[]byte) }
+
+func (s *Sealed) putBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooled {
+		s.bufs.Put(bp)
+	}
 }
 
 // Subscribe implements Bus: handler sees the opened content of the messages that pass every
@@ -376,8 +388,8 @@ func (s *Sealed) deliver(top *sealedTopic, data []byte) {
 	if len(hs) == 0 {
 		return
 	}
-	bp := s.bufs.Get().(*[]byte)
-	defer s.bufs.Put(bp)
+	bp := s.getBuf()
+	defer s.putBuf(bp)
 	plain, reason := s.open(bp, top.subject, data)
 	if reason != "" {
 		s.rejected(reason)
