@@ -4,7 +4,9 @@
 // the reader's next sync, which fills gaps by cursor.
 //
 // Two implementations share one contract, checked by the bustest suite: Memory (in process,
-// the single-node default) and NATS (core NATS, between nodes).
+// the single-node default) and NATS (core NATS, between nodes). Seal wraps either so that
+// what goes over it is sealed with a cluster key that only the nodes hold, and passes the
+// same suite.
 package bus
 
 import (

@@ -247,7 +247,9 @@ func (s *Sealed) reloader(period time.Duration) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), period)
+		// Bounded well below the period: a delivering goroutine that meets an unknown key
+		// id waits for this reload.
+		ctx, cancel := context.WithTimeout(context.Background(), min(period, 5*time.Second))
 		s.reloadMu.Lock()
 		err := s.reload(ctx)
 		s.reloadMu.Unlock()
