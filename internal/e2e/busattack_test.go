@@ -16,6 +16,8 @@ import (
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/bus/bustest"
 	"github.com/parleychat/parley/internal/parleytest"
+	"github.com/parleychat/parley/internal/push"
+	"github.com/parleychat/parley/internal/push/pushtest"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/postgres/pgtest"
@@ -321,4 +323,21 @@ func (c *busCluster) sendersWithKey(after int, id uint32) int {
 		}
 	}
 	return len(senders)
+}
+
+// TestBusAttackSilencePush: the attacker tells the pushing node, in the push feed's own
+// format, that the victim's device is connected and has taken every event: the message
+// sent next is pushed to the device all the same.
+func TestBusAttackSilencePush(t *testing.T) {
+	f := pushtest.NewFCM(t)
+	c := startBusCluster(t, withFCM(f))
+	alice, bob := c.a.user(t, "alice"), c.a.user(t, "bob")
+	c.b.ok(t, "PUT", "/v1/push/device", bob, map[string]any{"provider": "fcm", "token": "bobs-phone"})
+	conv := c.a.direct(t, alice, "bob")["conv_id"].(string)
+
+	before := rejected(t, c.a, bus.RejectUnsealed)
+	c.inject(t, push.FeedSubject, []byte(`{"o":[{"u":"bob","d":"d1"}],"t":[{"u":"bob","d":"d1","c":1000000}]}`))
+	expectRejected(t, "the forged push feed", c.a, bus.RejectUnsealed, before)
+	c.b.send(t, alice, conv, "pushed-anyway")
+	waitCount(t, "pushes to bob's phone", f.WaitCount, 1)
 }
