@@ -43,6 +43,7 @@ commands:
   token <user> <device>   mint a device token from the data directory
   bench <scenario>        load-test a server and verify deliveries (parley bench --help)
   push test <user>        send a test notification to each of a user's devices, print the answers
+  bus rotate-key          add a new cluster key for the bus's sealed messages (kept in the store)
   version                 print the version
 `
 
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return benchCmd(ctx, rest, getenv, stdout, stderr)
 	case "push":
 		return pushCmd(ctx, rest, getenv, stdout, stderr)
+	case "bus":
+		return busCmd(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "parley", version)
 		return nil

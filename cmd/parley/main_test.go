@@ -102,7 +102,7 @@ func TestParseServeFlagsAndEnv(t *testing.T) {
 		{
 			name: "defaults",
 			check: func(t *testing.T, c serveConfig) {
-				if c.Addr != "127.0.0.1:8080" || c.Node.Data != "./data" || c.Node.AdminSecret != "" || c.Node.Relaxed {
+				if c.Addr != "127.0.0.1:8080" || c.Node.Data != "./data" || c.Node.AdminSecret != "" || c.Node.Relaxed || c.Node.BusNoSeal {
 					t.Errorf("defaults: %+v", c)
 				}
 				if c.Node.Gateway.HeartbeatInterval != 30*time.Second || c.Node.Gateway.IdleTimeout != 75*time.Second {

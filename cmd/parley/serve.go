@@ -15,6 +15,7 @@ import (
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/server"
+	"github.com/parleychat/parley/internal/store"
 )
 
 // serveConfig is everything `parley serve` is configured with.
@@ -53,6 +54,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&n.BusAuth.TLSCA, "bus-tls-ca", "", "with --bus: PEM CA certificate(s) that verify the NATS server; the connection must then be TLS")
 	fs.StringVar(&n.BusAuth.TLSCert, "bus-tls-cert", "", "with --bus: PEM client certificate for NATS mutual TLS (with --bus-tls-key)")
 	fs.StringVar(&n.BusAuth.TLSKey, "bus-tls-key", "", "with --bus: PEM key of --bus-tls-cert")
+	sealBus := fs.Bool("bus-seal", true, "seal every bus message with the cluster key kept in the store (false only to measure its cost, or on a trusted network)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -82,6 +84,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}
+	n.BusNoSeal = !*sealBus
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
@@ -191,32 +194,39 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 // memory, so on Pebble they take the server's lock: refused, with a pointer to the admin API,
 // while a server runs, and no server starts until they are done.
 func openData(ctx context.Context, dir, engine, pgURL string) (*chat.Service, func(), error) {
-	privateUmask()
-	cfg := server.DefaultConfig(dir)
-	cfg.Engine, cfg.PostgresURL = engine, pgURL
-	unlock := func() {}
-	if server.EngineOf(cfg) == "pebble" {
-		var err error
-		if unlock, err = server.LockData(dir); errors.Is(err, server.ErrDataInUse) {
-			return nil, nil, fmt.Errorf("%w: on the pebble engine this command needs the server stopped; "+
-				"while it runs, use the admin API (POST /v1/admin/users, POST /v1/admin/tokens)", err)
-		} else if err != nil {
-			return nil, nil, err
-		}
-	}
-	st, err := server.OpenStore(ctx, cfg, nil)
+	st, cfg, done, err := openStoreOnly(ctx, dir, engine, pgURL)
 	if err != nil {
-		unlock()
-		return nil, nil, fmt.Errorf("open store: %w", err)
+		return nil, nil, err
 	}
 	signer, dirKey, err := server.Keys(server.Secrets(ctx, cfg, st))
 	if err != nil {
-		st.Close()
-		unlock()
+		done()
 		return nil, nil, err
 	}
 	svc := chat.New(chat.Options{Store: st, Signer: signer, DirectIDKey: dirKey, Config: chat.DefaultConfig()})
-	return svc, func() { st.Close(); unlock() }, nil
+	return svc, done, nil
+}
+
+// openStoreOnly opens the store of an operator command (the data directory's, or
+// PostgreSQL's), locking a Pebble directory; done closes and unlocks it.
+func openStoreOnly(ctx context.Context, dir, engine, pgURL string) (st store.Store, cfg server.Config, done func(), err error) {
+	privateUmask()
+	cfg = server.DefaultConfig(dir)
+	cfg.Engine, cfg.PostgresURL = engine, pgURL
+	unlock := func() {}
+	if server.EngineOf(cfg) == "pebble" {
+		if unlock, err = server.LockData(dir); errors.Is(err, server.ErrDataInUse) {
+			return nil, cfg, nil, fmt.Errorf("%w: on the pebble engine this command needs the server stopped; "+
+				"while it runs, use the admin API (POST /v1/admin/users, POST /v1/admin/tokens)", err)
+		} else if err != nil {
+			return nil, cfg, nil, err
+		}
+	}
+	if st, err = server.OpenStore(ctx, cfg, nil); err != nil {
+		unlock()
+		return nil, cfg, nil, fmt.Errorf("open store: %w", err)
+	}
+	return st, cfg, func() { st.Close(); unlock() }, nil
 }
 
 // serveDebug serves the pprof profiles on their own address, never on the public one.

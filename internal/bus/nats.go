@@ -75,6 +75,7 @@ type NATS struct {
 	pubWake chan struct{}
 	sendMu  sync.Mutex
 	onLost  func() // NATSOptions.OnLost, or nothing
+	noEcho  bool   // NATSOptions.NoEcho
 }
 
 // maxQueuedPublishes bounds the publishes waiting for the publishing goroutine: past it
@@ -123,7 +124,7 @@ func OpenNATS(url string, opts NATSOptions) (*NATS, error) {
 		return nil, connectError(url, err)
 	}
 	b := &NATS{nc: nc, prefix: opts.Prefix, seed: maphash.MakeSeed(), stop: make(chan struct{}),
-		handlers: make(map[*nats.Subscription]func([]byte)), pubWake: make(chan struct{}, 1), onLost: opts.OnLost}
+		handlers: make(map[*nats.Subscription]func([]byte)), pubWake: make(chan struct{}, 1), onLost: opts.OnLost, noEcho: opts.NoEcho}
 	if b.onLost == nil {
 		b.onLost = func() {}
 	}
@@ -151,6 +152,11 @@ func connectError(url string, err error) error {
 // while it was down is lost to this node's subscribers: f is where a caller makes up for it.
 // A later call replaces f.
 func (b *NATS) OnReconnect(f func()) { b.nc.SetReconnectHandler(func(*nats.Conn) { f() }) }
+
+// NoEcho reports whether the bus keeps its own publishes from its own subscriptions
+// (NATSOptions.NoEcho): a message of its own that reaches it was then published again by
+// someone else.
+func (b *NATS) NoEcho() bool { return b.noEcho }
 
 // deliver calls the handler of each message of queue, until Close. A message of a
 // subscription that ended meanwhile finds no handler and is dropped.

@@ -7,12 +7,15 @@ package metrics
 import (
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/parleychat/parley/internal/bus"
 )
 
 // latencyBuckets are fine-grained from 0.1 ms to 1 s (seconds), for ack and commit times.
@@ -42,6 +45,7 @@ type Metrics struct {
 	responsesCut      prometheus.Counter
 	buildInfo         *prometheus.GaugeVec
 	busPublishFailed  prometheus.Counter
+	busRejected       *prometheus.CounterVec // by reason, one of bus.RejectReasons or "other"
 
 	pushSent      *prometheus.CounterVec // by provider
 	pushFailed    *prometheus.CounterVec // by provider and reason
@@ -112,6 +116,10 @@ func New() *Metrics {
 			Name: "parley_bus_publish_failed_total",
 			Help: "Wake-ups and notices this node could not publish on the bus (NATS unreachable); readers on other nodes get them on their next sync.",
 		}),
+		busRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_bus_rejected_total",
+			Help: "Bus messages dropped unopened: unsealed, unknown_key, replayed, stale, forged or malformed (someone on the NATS network without the cluster key, or a retired key).",
+		}, []string{"reason"}),
 		pushSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_push_sent_total",
 			Help: "Push notifications accepted by the provider (APNs, FCM, Web Push).",
@@ -150,6 +158,10 @@ func New() *Metrics {
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
 		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed,
 	)
+	m.reg.MustRegister(m.busRejected)
+	for _, r := range bus.RejectReasons { // every reason shows, at 0, from the start
+		m.busRejected.WithLabelValues(r)
+	}
 	return m
 }
 
@@ -201,6 +213,18 @@ func (m *Metrics) BusPublishFailed() {
 	if m != nil {
 		m.busPublishFailed.Inc()
 	}
+}
+
+// BusRejected counts one bus message dropped unopened (bus.SealOptions.OnReject). A reason
+// outside bus.RejectReasons counts as "other", so the label set stays fixed.
+func (m *Metrics) BusRejected(reason string) {
+	if m == nil {
+		return
+	}
+	if !slices.Contains(bus.RejectReasons, reason) {
+		reason = "other"
+	}
+	m.busRejected.WithLabelValues(reason).Inc()
 }
 
 // ObserveCommit records one durable store commit of batch operations that took d. cmd/parley

@@ -74,3 +74,31 @@ func TestRegistriesAreSeparate(t *testing.T) {
 		t.Fatal("two Metrics share a registry")
 	}
 }
+
+// The reasons of parley_bus_rejected_total are a fixed set, all shown from the start: a
+// reason from anywhere else counts as "other" rather than growing the exposition.
+func TestBusRejectedLabels(t *testing.T) {
+	m := New()
+	m.BusRejected("forged")
+	m.BusRejected("forged")
+	m.BusRejected("made up by someone")
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	text := string(body)
+	for _, want := range []string{
+		`parley_bus_rejected_total{reason="forged"} 2`,
+		`parley_bus_rejected_total{reason="other"} 1`,
+		`parley_bus_rejected_total{reason="unsealed"} 0`,
+		`parley_bus_rejected_total{reason="stale"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("exposition lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "made up") {
+		t.Error("an outside reason became a label")
+	}
+	var nilMetrics *Metrics
+	nilMetrics.BusRejected("forged")
+}

@@ -63,6 +63,12 @@ type Config struct {
 	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
 	// several nodes in one process on one bus.Memory.
 	Bus bus.Bus
+	// BusNoSeal turns off the sealing of bus messages with the cluster key (bus.Seal), which
+	// is on by default, either bus: only to measure its cost or on a trusted network.
+	BusNoSeal bool
+	// BusKeyReload is how often a sealing node reads the cluster keys again, to seal with a
+	// key added by a rotation and stop accepting a retired one (30 s if zero).
+	BusKeyReload time.Duration
 	// Push configures offline push (push.go).
 	Push PushConfig
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
@@ -124,6 +130,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		b = nb
 		s.closes = append(s.closes, nb.Close)
+	}
+	if b != nil && !cfg.BusNoSeal {
+		sb, err := sealBus(ctx, cfg, st, b, m)
+		if err != nil {
+			s.closeOwn()
+			return nil, err
+		}
+		b = sb
+		s.closes = append(s.closes, sb.Close) // before the inner bus (closes run backwards)
 	}
 	secret := Secrets(ctx, cfg, st)
 	signer, dirKey, err := Keys(secret)

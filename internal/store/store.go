@@ -99,6 +99,7 @@ type ReadTx interface {
 	MessageReader
 	EventReader
 	PushReader
+	BusKeyReader
 }
 
 // Tx is what a read-write transaction offers.
@@ -110,6 +111,7 @@ type Tx interface {
 	MessageWriter
 	EventWriter
 	PushWriter
+	BusKeyWriter
 }
 
 // User is an account created by the operator.
@@ -381,6 +383,29 @@ type PushWriter interface {
 	PutMute(ctx context.Context, m Mute) error
 	// DeleteMute removes the mute; ErrNotFound if there is none.
 	DeleteMute(ctx context.Context, userID, convID string) error
+}
+
+// BusKey is one cluster key of the bus between nodes (bus.Sealed): the nodes that share the
+// store seal their bus messages with the newest and open them with the newest two. Whoever
+// reads the store reads the keys.
+type BusKey struct {
+	ID        int64  // 1, 2, ...: a rotation adds the next
+	Secret    []byte // 32 random bytes
+	CreatedAt int64  // Unix ms
+}
+
+// BusKeyReader reads the bus's cluster keys.
+type BusKeyReader interface {
+	// BusKeys returns every key, ascending by ID; empty when none was added.
+	BusKeys(ctx context.Context) ([]BusKey, error)
+}
+
+// BusKeyWriter adds cluster keys. Keys are never changed once added, so that every node
+// reads the same secret under an id.
+type BusKeyWriter interface {
+	// AddBusKey stores k; ErrExists if a key with k.ID exists, which is how two nodes
+	// adding the first key (or rotating) at once end with one key under that id.
+	AddBusKey(ctx context.Context, k BusKey) error
 }
 
 // Leader is implemented by a backend that several nodes share (PostgreSQL): it elects one

@@ -78,6 +78,7 @@ const (
 	tStanding     byte = 'o' // o enc(conv) int(ordinal) enc(user): members by standing
 	tPushTarget   byte = 'p' // p enc(user) enc(device): a device's push target (store.PushReader)
 	tMute         byte = 's' // s enc(user) enc(conv): a muted conversation (store.PushReader)
+	tBusKey       byte = 'b' // b int(id): a cluster key of the bus (store.BusKeyReader)
 )
 
 // layoutVersion is the version of the key layout and value encoding stored under key v.

@@ -37,6 +37,13 @@ func migrations() [][]string {
 	}, {
 		// v3: the users a message mentions, a JSON array of user ids as text; NULL when none.
 		`ALTER TABLE messages ADD COLUMN mentions text`,
+	}, {
+		// v4: the bus's cluster keys (store.BusKeyReader, store.BusKeyWriter).
+		`CREATE TABLE bus_keys (
+			id         bigint NOT NULL PRIMARY KEY,
+			secret     bytea  NOT NULL,
+			created_at bigint NOT NULL
+		)`,
 	}}
 }
 

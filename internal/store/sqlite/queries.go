@@ -33,6 +33,7 @@ const (
 	stPushTargets
 	stPushTargetsAfter
 	stMutes
+	stBusKeys
 	numReadStmts // marks the end of the statements a read-only pool prepares
 
 	// Writes.
@@ -54,6 +55,7 @@ const (
 	stAdvancePushCursor
 	stPutMute
 	stDeleteMute
+	stAddBusKey
 
 	// Transaction control for group commit.
 	stBegin
@@ -104,7 +106,8 @@ func statementSQL() [numStmts]string {
 		stPushTargets: `SELECT ` + pushCols + ` FROM push_targets WHERE user_id = ? ORDER BY device_id`,
 		stPushTargetsAfter: `SELECT ` + pushCols + ` FROM push_targets WHERE (user_id, device_id) > (?, ?)
 			ORDER BY user_id, device_id LIMIT ?`,
-		stMutes: `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
+		stMutes:   `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
+		stBusKeys: `SELECT id, secret, created_at FROM bus_keys ORDER BY id`,
 
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
 		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
@@ -140,6 +143,7 @@ func statementSQL() [numStmts]string {
 		stPutMute: `INSERT INTO mutes (` + muteCols + `) VALUES (?, ?, ?)
 			ON CONFLICT (user_id, conv_id) DO UPDATE SET until = excluded.until`,
 		stDeleteMute: `DELETE FROM mutes WHERE user_id = ? AND conv_id = ?`,
+		stAddBusKey:  `INSERT INTO bus_keys (id, secret, created_at) VALUES (?, ?, ?)`,
 
 		stBegin:      `BEGIN IMMEDIATE`,
 		stCommit:     `COMMIT`,

@@ -47,6 +47,13 @@ func migrations() [][]string {
 	}, {
 		// v6: the users a message mentions, a JSON array of user ids; NULL when none.
 		`ALTER TABLE messages ADD COLUMN mentions TEXT`,
+	}, {
+		// v7: the bus's cluster keys (store.BusKeyReader, store.BusKeyWriter).
+		`CREATE TABLE bus_keys (
+			id         INTEGER NOT NULL PRIMARY KEY,
+			secret     BLOB    NOT NULL,
+			created_at INTEGER NOT NULL
+		)`,
 	}}
 }
 

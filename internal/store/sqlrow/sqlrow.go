@@ -61,6 +61,13 @@ func Mute(r Row) (store.Mute, error) {
 	return m, err
 }
 
+// BusKey scans a cluster key: id, secret, created_at.
+func BusKey(r Row) (store.BusKey, error) {
+	var k store.BusKey
+	err := r.Scan(&k.ID, &k.Secret, &k.CreatedAt)
+	return k, err
+}
+
 // MentionsValue is the mentions column of a message: NULL when there are none, else the
 // JSON array of the user ids, as text.
 func MentionsValue(mentions []string) *string {

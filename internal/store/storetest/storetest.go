@@ -70,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 		{"Close", testClose},
 	}
 	tests = append(tests, pushTests()...)
+	tests = append(tests, busKeyTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
