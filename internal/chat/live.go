@@ -66,15 +66,20 @@ func (s *Service) ReadFanoutState(ctx context.Context, me Identity, mark int64) 
 // inLog (the mentioned members) got the message as an event of their log, published
 // before: their connections get that, not the push as well.
 func (s *Service) publishLive(m *store.Message, payload []byte, inLog []string) {
+	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: messageFrame(payload), Skip: inLog})
+	s.hub.NotifyConversation(m.ConvID)
+	if s.cluster != nil {
+		s.cluster.message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, payload, inLog)
+	}
+}
+
+// messageFrame returns the push of a read-fanout message, {"op":"message","message":...},
+// around payload, the message's encoding.
+func messageFrame(payload []byte) []byte {
 	frame := make([]byte, 0, len(payload)+32)
 	frame = append(frame, `{"op":"message","message":`...)
 	frame = append(frame, payload...)
-	frame = append(frame, '}')
-	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: frame, Skip: inLog})
-	s.hub.NotifyConversation(m.ConvID)
-	if s.cluster != nil {
-		s.cluster.message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, frame, inLog)
-	}
+	return append(frame, '}')
 }
 
 // conflictMark is the error for a mark ahead of the store's latest.

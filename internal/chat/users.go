@@ -95,6 +95,10 @@ type Session struct {
 	gen       int64
 }
 
+// Gen is the token generation of the session's token: a revocation ends the connections
+// of tokens below the user's new generation (hub.KickBelow).
+func (s Session) Gen() int64 { return s.gen }
+
 // Authenticate verifies a user token: ErrUnauthorized when missing, malformed, forged,
 // expired or revoked.
 func (s *Service) Authenticate(ctx context.Context, token string) (Identity, error) {

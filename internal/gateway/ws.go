@@ -103,7 +103,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c.finished.Add(1)
 	c.writer.Store(writerRunning) // until run starts the first writer, wake starts none
-	c.sub = g.svc.Hub().WatchDevice(me.UserID, me.DeviceID, c.since, g.cfg.SendQueue, c.wake)
+	c.sub = g.svc.Hub().WatchDevice(me.UserID, me.DeviceID, c.since, sess.Gen(), g.cfg.SendQueue, c.wake)
 	g.svc.AwaitSubscriptions() // other nodes' commits from now on wake it too
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
 		c.last, err = g.svc.LatestCursor(r.Context(), me.UserID)
@@ -254,7 +254,7 @@ type wsConn struct {
 
 	// Used by one writer at a time, like cursor and last:
 	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=
-	held    []*hub.Event          // ephemeral pushes taken while catching up, written once it is done
+	held    []*hub.Event          // ephemeral pushes taken while catching up, written once it is done; at most SendQueue
 }
 
 // maxOpen is how many conversations a connection may have open at once.
@@ -793,7 +793,11 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 	}()
 	var seen int64
 	for !c.closing() {
-		seen = max(seen, c.drain(sub))
+		top, ok := c.drain(sub)
+		if !ok {
+			return false
+		}
+		seen = max(seen, top)
 		resp, err := c.g.svc.Events(c.ctx, c.me, *last, protocol.MaxSyncLimit)
 		if err != nil {
 			c.fail(err)
@@ -859,16 +863,25 @@ func (c *wsConn) subscribed(sub *hub.Subscription) bool {
 
 // drain takes every event already buffered in sub and returns the highest cursor among
 // them (0 if none). The log has those events; the ephemeral ones it has not, so they are
-// kept in c.held, for writeHeld.
-func (c *wsConn) drain(sub *hub.Subscription) int64 {
-	var top int64
+// kept in c.held, for writeHeld. They are held up to SendQueue, as many as the client may
+// have pending anyway: past that (a catch-up that lasts while a busy group's room pushes,
+// or a flood of receipts pushes, keep coming) the client is as far behind as one whose
+// queue overflowed, and is closed the same way (ok false), to reconnect with its cursor
+// and read what it missed from the log and history. Without the bound, held would grow
+// for as long as the catch-up lasts.
+func (c *wsConn) drain(sub *hub.Subscription) (top int64, ok bool) {
 	for _, ev := range sub.Take(nil) {
 		if ev.Cursor == 0 {
+			if len(c.held) >= c.g.cfg.SendQueue {
+				c.held = nil
+				c.close(CloseTooSlow, "too slow: reconnect with your cursor", nil)
+				return top, false
+			}
 			c.held = append(c.held, ev)
 		}
 		top = max(top, ev.Cursor)
 	}
-	return top
+	return top, true
 }
 
 // pushBuffers recycles the buffers push frames are built in: a 500-member group message

@@ -242,9 +242,9 @@ func TestConvWatchWakesAndCoalesces(t *testing.T) {
 func TestReplaceEndsOlderConnectionsOfTheDevice(t *testing.T) {
 	h := New()
 	nop := func() {}
-	older := h.WatchDevice("bob", "phone", 100, 8, nop)
-	newer := h.WatchDevice("bob", "phone", 300, 8, nop)
-	tablet := h.WatchDevice("bob", "tablet", 100, 8, nop)
+	older := h.WatchDevice("bob", "phone", 100, 1, 8, nop)
+	newer := h.WatchDevice("bob", "phone", 300, 1, 8, nop)
+	tablet := h.WatchDevice("bob", "tablet", 100, 1, 8, nop)
 	poll := h.Subscribe("bob", 4)
 	h.Replace("bob", "phone", 200)
 	if err := older.Err(); err != ErrReplaced {

@@ -1,0 +1,154 @@
+package chat
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
+)
+
+// What a node believes of the other nodes' messages. The bus is sealed (only the nodes hold
+// its key), but a node still treats what comes from it as input from outside: a sender
+// that holds the key may be compromised, or may run a build with a bug. So nothing from the
+// bus reaches a socket as it came:
+//
+//   - a message (an event of a user's log, or a read-fanout conversation's push) is decoded
+//     into its typed fields, each checked for its documented form, and encoded again by
+//     this node's own encoder (appendMessageJSON); its conversation must be the one the bus
+//     message names (the subject, for a room's);
+//   - a receipts push is carried as its typed counts, checked, and encoded here;
+//   - a revocation is a hint to read the user's token generation from the store, which is
+//     what the node acts on (onRevoke);
+//   - "device connected" must name a device in the id's form, at a time not ahead of this
+//     node's clock by more than deviceSkew.
+//
+// Anything else is dropped and counted (Observer.BusRejected, "invalid"; "malformed" for
+// what is not a bus message at all). What a node holding the key can still do, a store
+// cannot tell cheaply: a well-formed message event at a user's next cursor, or a "device
+// connected" that ends a connection (docs/deployment.md, "Trust model").
+
+// The reasons a node refuses a message of the bus (parley_bus_rejected_total{reason}).
+const (
+	rejectMalformed = "malformed" // not a bus message of Parley
+	rejectInvalid   = "invalid"   // a bus message whose fields do not hold
+)
+
+// busRejecter is what an Observer may also implement to count the bus messages refused.
+type busRejecter interface{ BusRejected(reason string) }
+
+// deviceSkew is how far ahead of this node's clock a "device connected" may be dated: the
+// nodes' clocks differ a little, but a connection opened in the future is a forgery that
+// would end every connection the device opens until then.
+const deviceSkew = 5 * time.Second
+
+// maxMessageBytes bounds a message's payload from the bus: its push must fit in a frame.
+const maxMessageBytes = protocol.MaxFrameBytes
+
+// reject counts a bus message refused for reason.
+func (c *cluster) reject(reason string) {
+	if o, ok := c.s.obs.(busRejecter); ok {
+		o.BusRejected(reason)
+	}
+}
+
+// validPos reports whether n is a seq, cursor or time in its documented range: 1 to 2^53-1.
+func validPos(n int64) bool { return n >= 1 && n <= protocol.MaxSafeInteger }
+
+// busMessage decodes data, the payload of a message of convID from another node, checks
+// every field, and returns the message with its payload encoded again by this node. ok is
+// false for anything that is not such a message.
+func busMessage(convID string, data []byte) (m store.Message, payload []byte, ok bool) {
+	if len(data) > maxMessageBytes {
+		return m, nil, false
+	}
+	w, fast := protocol.ReadMessage(data)
+	if !fast {
+		w = protocol.Message{}
+		if json.Unmarshal(data, &w) != nil {
+			return m, nil, false
+		}
+	}
+	switch {
+	case w.ConvID != convID, !protocol.ValidConvID(w.ConvID), !validPos(w.Seq),
+		!protocol.ValidClientMsgID(w.MsgID), !protocol.ValidClientMsgID(w.ClientMsgID),
+		!protocol.ValidUserID(w.SenderID), w.ContentType < 1, int64(w.ContentType) > protocol.MaxSafeInteger,
+		len(w.Content) == 0, string(w.Content) == "null", !validPos(w.CreatedAt),
+		len(w.Mentions) > protocol.MaxMentions:
+		return m, nil, false
+	}
+	for _, u := range w.Mentions {
+		if !protocol.ValidUserID(u) {
+			return m, nil, false
+		}
+	}
+	m = store.Message{
+		ConvID: w.ConvID, Seq: w.Seq, MsgID: w.MsgID, ClientMsgID: w.ClientMsgID, SenderID: w.SenderID,
+		ContentType: w.ContentType, Content: w.Content, Extra: encodeExtra(w.Extra), CreatedAt: w.CreatedAt,
+		Recalled: w.Recalled, Mentions: w.Mentions,
+	}
+	payload, ok = appendMessageJSON(make([]byte, 0, len(data)+16), &m)
+	return m, payload, ok
+}
+
+// eventBody is the hub body of the message event m announces (kindEvent), rebuilt from its
+// checked fields; ok is false when they do not hold.
+func (c *cluster) eventBody(m *busMsg) (*hub.Body, bool) {
+	if m.Type != protocol.EventMessage || !validPos(m.Cursor) {
+		return nil, false
+	}
+	msg, payload, ok := busMessage(m.Conv, m.Data)
+	if !ok || msg.CreatedAt != m.TS {
+		return nil, false
+	}
+	return &hub.Body{Type: protocol.EventMessage, ConvID: msg.ConvID, TS: msg.CreatedAt, Data: payload}, true
+}
+
+// roomBody is the hub body of the read-fanout message of convID that m hands over
+// (kindMessage), rebuilt from its checked fields; ok is false when they do not hold.
+func (c *cluster) roomBody(convID string, m *busMsg) (*hub.Body, bool) {
+	msg, payload, ok := busMessage(convID, m.Data)
+	if !ok || msg.Seq != m.Seq || msg.SenderID != m.User || msg.CreatedAt != m.TS || len(m.Users) > protocol.MaxMentions+1 {
+		return nil, false
+	}
+	for _, u := range m.Users {
+		if !protocol.ValidUserID(u) {
+			return nil, false
+		}
+	}
+	return &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: msg.CreatedAt, Data: messageFrame(payload), Skip: m.Users}, true
+}
+
+// receiptsBody is the hub body of a receipts push of convID with rs, encoded here: of the
+// counts this node computed, or of those another node sent once checked (receiptsValid).
+func receiptsBody(convID string, rs []protocol.Receipts) (*hub.Body, bool) {
+	data, err := json.Marshal(protocol.ReceiptsPush{Op: protocol.OpReceipts, ConvID: convID, Receipts: rs})
+	if err != nil {
+		return nil, false // cannot happen: plain numbers
+	}
+	return &hub.Body{Type: protocol.OpReceipts, ConvID: convID, Data: data}, true
+}
+
+// receiptsValid reports whether m is a receipts push as a node sends one (kindEphemeral):
+// of a group, with 1 to MaxReceiptsPushed counts, each of a seq and within its members.
+func receiptsValid(m *busMsg) bool {
+	if m.Type != protocol.OpReceipts || !protocol.ValidConvID(m.Conv) || !isGroupID(m.Conv) ||
+		len(m.Receipts) == 0 || len(m.Receipts) > protocol.MaxReceiptsPushed {
+		return false
+	}
+	for _, r := range m.Receipts {
+		if !validPos(r.Seq) || r.MemberCount < 0 || int64(r.MemberCount) > protocol.MaxSafeInteger ||
+			r.ReadCount < 0 || r.ReadCount > r.MemberCount || r.DeliveredCount < 0 ||
+			r.DeliveredCount > r.MemberCount || r.Readers != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// deviceValid reports whether m is a "device connected" as a node sends one (kindDevice):
+// a device id, and an opening time not ahead of now by more than deviceSkew.
+func deviceValid(m *busMsg, now time.Time) bool {
+	return protocol.ValidDeviceID(m.Device) && m.Since > 0 && m.Since <= now.Add(deviceSkew).UnixNano()
+}
