@@ -333,9 +333,12 @@ func (c *cluster) onUser(userID string, data []byte) {
 		}
 		c.s.hub.Publish(userID, []hub.Event{{Cursor: m.Cursor, Body: b}})
 	case kindEphemeral:
-		b, ok := receiptsBody(m.Conv, m.Receipts)
-		if !ok || !receiptsValid(&m) {
+		if !receiptsValid(&m) {
 			c.reject(rejectInvalid)
+			return
+		}
+		b, ok := receiptsBody(m.Conv, m.Receipts)
+		if !ok {
 			return
 		}
 		c.s.hub.Publish(userID, []hub.Event{{Body: b}})

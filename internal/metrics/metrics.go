@@ -42,6 +42,7 @@ type Metrics struct {
 	responsesCut      prometheus.Counter
 	buildInfo         *prometheus.GaugeVec
 	busPublishFailed  prometheus.Counter
+	busRejected       *prometheus.CounterVec // by reason (busRejectReasons)
 
 	pushSent      *prometheus.CounterVec // by provider
 	pushFailed    *prometheus.CounterVec // by provider and reason
@@ -112,6 +113,10 @@ func New() *Metrics {
 			Name: "parley_bus_publish_failed_total",
 			Help: "Wake-ups and notices this node could not publish on the bus (NATS unreachable); readers on other nodes get them on their next sync.",
 		}),
+		busRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_bus_rejected_total",
+			Help: "Messages from the bus this node dropped, by reason: not a Parley message (malformed), or one whose fields do not hold (invalid).",
+		}, []string{"reason"}),
 		pushSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_push_sent_total",
 			Help: "Push notifications accepted by the provider (APNs, FCM, Web Push).",
@@ -148,7 +153,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
-		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed,
+		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed, m.busRejected,
 	)
 	return m
 }
@@ -201,6 +206,21 @@ func (m *Metrics) BusPublishFailed() {
 	if m != nil {
 		m.busPublishFailed.Inc()
 	}
+}
+
+// BusRejected counts one message from the bus dropped for reason (chat's optional observer
+// of the bus). Reasons outside the fixed set count as "other", so that the bus cannot make
+// series.
+func (m *Metrics) BusRejected(reason string) {
+	if m == nil {
+		return
+	}
+	switch reason {
+	case "unsealed", "unknown_key", "replayed", "stale", "forged", "malformed", "invalid":
+	default:
+		reason = "other"
+	}
+	m.busRejected.WithLabelValues(reason).Inc()
 }
 
 // ObserveCommit records one durable store commit of batch operations that took d. cmd/parley
