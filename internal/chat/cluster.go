@@ -44,6 +44,9 @@ type cluster struct {
 	mu   sync.Mutex // guards subs; taken after the lock of any holder (hub shard, counts shard, recent)
 	subs map[string]*busInterest
 
+	rmu         sync.Mutex           // guards roomChecked; taken last
+	roomChecked map[string]time.Time // rooms here -> when their followers' membership was last checked (checkRoom)
+
 	gensCleared atomic.Int64 // Unix nanoseconds of the last clearing of the generations cached
 	failures    atomic.Int64 // publishes refused since the last warning
 	lastWarn    atomic.Int64 // Unix nanoseconds of the last warning
@@ -122,7 +125,7 @@ type busObserver interface{ BusPublishFailed() }
 
 // newCluster joins s to the other nodes on b.
 func newCluster(s *Service, b bus.Bus) *cluster {
-	c := &cluster{s: s, bus: b, node: newID("n_"), subs: make(map[string]*busInterest)}
+	c := &cluster{s: s, bus: b, node: newID("n_"), subs: make(map[string]*busInterest), roomChecked: make(map[string]time.Time)}
 	c.gensCleared.Store(time.Now().UnixNano())
 	if _, err := b.Subscribe(revokeSubject, c.onRevoke); err != nil { // for the bus's life
 		s.log.Error("bus: subscribe to revocations", "err", err)
@@ -153,7 +156,16 @@ func (c *cluster) User(userID string, on bool) {
 }
 
 // Room implements hub.Interest.
-func (c *cluster) Room(convID string, on bool) { c.holdConv(convID, holdRoom, on) }
+func (c *cluster) Room(convID string, on bool) {
+	c.holdConv(convID, holdRoom, on)
+	c.rmu.Lock()
+	if on {
+		c.roomChecked[convID] = c.s.now() // its followers were members when they followed
+	} else {
+		delete(c.roomChecked, convID)
+	}
+	c.rmu.Unlock()
+}
 
 // ConvWatch implements hub.Interest.
 func (c *cluster) ConvWatch(convID string, on bool) { c.holdConv(convID, holdWatch, on) }
@@ -369,6 +381,7 @@ func (c *cluster) onConv(convID string, data []byte) {
 		// subscribed, for nobody, as long as messages come.
 		if c.s.hub.Followed(convID) {
 			c.s.hub.Message(convID, m.Seq, m.User, b)
+			c.checkRoom(convID)
 		}
 		c.s.hub.NotifyConversation(convID)
 	case kindPositions:

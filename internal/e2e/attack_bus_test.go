@@ -162,3 +162,49 @@ func TestAttackBusForgedDeviceConnected(t *testing.T) {
 		}
 	})
 }
+
+// TestNodesLostRemovalLeavesTheRoom: dave, removed from a large group through node B while
+// every bus message to his subject is lost, follows its room on node A no longer than a
+// minute: once that has passed, the next message has node A check the room's followers
+// against the store, and dave's connection reads his log, where his removal is.
+func TestNodesLostRemovalLeavesTheRoom(t *testing.T) {
+	var clk clock
+	m := bus.NewMemory(bus.MemoryOptions{})
+	t.Cleanup(func() { m.Close() })
+	var lossy *lossyBus
+	i := 0
+	ns := startNodes(t, 2, func(*testing.T) bus.Bus {
+		if i++; i == 2 { // node B's
+			lossy = &lossyBus{Bus: m, dropTo: bus.UserSubject("dave")}
+			return lossy
+		}
+		return m
+	}, withClock(&clk), func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
+	a, b := ns[0], ns[1]
+	alice, dave := a.user(t, "alice"), a.user(t, "dave")
+	a.user(t, "bob")
+	a.user(t, "carol")
+	convID := b.group(t, alice, "all hands", false, "bob", "carol", "dave")["conv_id"].(string)
+	daveWS := a.dialMark(t, dave, -1, 0)
+	daveWS.pushOf("changes")
+	daveWS.do("open", map[string]any{"conv_id": convID})
+
+	lossy.drops.Store(1 << 20) // every message from B to dave's subject is lost
+	b.ok(t, "POST", "/v1/conversations/"+convID+"/members", alice, map[string]any{"remove": []string{"dave"}})
+	clk.advance(time.Minute + time.Second)
+	b.send(t, alice, convID, "after-the-removal")
+	for { // the message may come before the check; the removal must come
+		p := daveWS.push()
+		if p["op"] == "message" {
+			continue
+		}
+		ev := obj(t, p["event"])
+		if p["op"] != "event" || ev["type"] != "conv_updated" || ev["conv_id"] != convID {
+			t.Fatalf("dave was pushed %s, want his removal", show(p))
+		}
+		if obj(t, ev["data"])["removed"] != true {
+			t.Fatalf("dave was pushed %s, want his removal", show(p))
+		}
+		break
+	}
+}
