@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -151,4 +152,69 @@ func receiptsValid(m *busMsg) bool {
 // a device id, and an opening time not ahead of now by more than deviceSkew.
 func deviceValid(m *busMsg, now time.Time) bool {
 	return protocol.ValidDeviceID(m.Device) && m.Since > 0 && m.Since <= now.Add(deviceSkew).UnixNano()
+}
+
+// readUserMsg reads a wake-up or a message event laid out exactly as wake and event write
+// them, without reflection: one of them arrives per message per recipient online here.
+// ok is false for anything else, which decode reads with encoding/json (the two agree on
+// whatever readUserMsg reads: TestReadUserMsgAgreesWithDecode). node is the sender's id,
+// a slice of data; m.Data too.
+func readUserMsg(data []byte) (m busMsg, node []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"n":"`))
+	if !ok {
+		return m, nil, false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || !protocol.ValidClientMsgID(string(rest[:i])) { // [a-z0-9_]: no escapes
+		return m, nil, false
+	}
+	node, rest = rest[:i], rest[i+1:]
+	switch {
+	case bytes.HasPrefix(rest, []byte(`,"k":"`+kindWake+`","c":`)):
+		m.Kind = kindWake
+		rest = rest[len(`,"k":"`+kindWake+`","c":`):]
+		if m.Cursor, rest, ok = cutDigits(rest); !ok || string(rest) != "}" {
+			return m, nil, false
+		}
+		return m, node, true
+	case bytes.HasPrefix(rest, []byte(`,"k":"`+kindEvent+`","c":`)):
+		m.Kind = kindEvent
+		rest = rest[len(`,"k":"`+kindEvent+`","c":`):]
+	default:
+		return m, nil, false
+	}
+	if m.Cursor, rest, ok = cutDigits(rest); !ok {
+		return m, nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"ts":`)); !ok {
+		return m, nil, false
+	}
+	if m.TS, rest, ok = cutDigits(rest); !ok {
+		return m, nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"t":"`+protocol.EventMessage+`","cv":"`)); !ok {
+		return m, nil, false
+	}
+	if i = bytes.IndexByte(rest, '"'); i < 0 || !protocol.ValidConvID(string(rest[:i])) {
+		return m, nil, false
+	}
+	m.Type, m.Conv, rest = protocol.EventMessage, string(rest[:i]), rest[i+1:]
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"d":`)); !ok || len(rest) < 2 || rest[len(rest)-1] != '}' {
+		return m, nil, false
+	}
+	m.Data = rest[:len(rest)-1] // checked by busMessage, which decodes it
+	return m, node, true
+}
+
+// cutDigits reads a positive integer up to 2^53-1 without a leading zero.
+func cutDigits(b []byte) (n int64, rest []byte, ok bool) {
+	i := 0
+	for i < len(b) && i < 17 && b[i] >= '0' && b[i] <= '9' {
+		n = n*10 + int64(b[i]-'0')
+		i++
+	}
+	if i == 0 || b[0] == '0' || n > protocol.MaxSafeInteger || (i < len(b) && b[i] >= '0' && b[i] <= '9') {
+		return 0, b, false
+	}
+	return n, b[i:], true
 }

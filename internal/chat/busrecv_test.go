@@ -3,11 +3,13 @@ package chat
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
+	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/sqlite"
@@ -143,5 +145,87 @@ func TestReceiptsForgetSendersWhoLeft(t *testing.T) {
 	r.mu.Unlock()
 	if still {
 		t.Fatal("the group is held with no sender left")
+	}
+}
+
+// BenchmarkBusReceiveEvent measures what a node does with a message event from another
+// node for one recipient (kindEvent: decode, check, encode again, publish to the hub), per
+// message per recipient: "checked" is the node's path, "trusted" the same without the
+// check and the encoding, as nodes did when they believed the bus.
+func BenchmarkBusReceiveEvent(b *testing.B) {
+	m := bus.NewMemory(bus.MemoryOptions{})
+	defer m.Close()
+	rec := &recordingBus{Bus: m}
+	h := hub.New()
+	s := New(Options{Hub: h})
+	c := newCluster(s, rec)
+	msg := store.Message{ConvID: "g_abcdefghijklmnopqrstuvwxyz", Seq: 1234, MsgID: "m_abcdefghijklmnopqrstuvwxyz",
+		ClientMsgID: "c-0001", SenderID: "bob", ContentType: 1, Content: []byte(`{"text":"hello there, how are you today?"}`),
+		CreatedAt: 1_700_000_000_123}
+	payload, _ := appendMessageJSON(nil, &msg)
+	c.event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: msg.ConvID, TS: msg.CreatedAt, Data: payload})
+	data := rec.published[0]
+	c.node = "n_receiver" // the message is another node's
+	sub := h.Watch("alice", 1<<20, func() {})
+	defer sub.Close()
+	var spare []*hub.Event
+
+	b.Run("checked", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			c.onUser("alice", data)
+			if i%1024 == 0 {
+				spare = sub.Take(spare[:0])
+			}
+		}
+	})
+	b.Run("trusted", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			m, _ := c.decode(data)
+			h.Publish("alice", []hub.Event{{Cursor: m.Cursor, Body: &hub.Body{Type: m.Type, ConvID: m.Conv, TS: m.TS, Data: m.Data}}})
+			if i%1024 == 0 {
+				spare = sub.Take(spare[:0])
+			}
+		}
+	})
+	if sub.Err() != nil {
+		b.Fatal(sub.Err())
+	}
+}
+
+// TestReadUserMsgAgreesWithDecode: the hand reader of wake-ups and message events reads what
+// wake and event write as encoding/json does, and leaves anything laid out otherwise to it.
+func TestReadUserMsgAgreesWithDecode(t *testing.T) {
+	m := bus.NewMemory(bus.MemoryOptions{})
+	defer m.Close()
+	rec := &recordingBus{Bus: m}
+	c := newCluster(New(Options{}), rec)
+	c.wake("alice", 1)
+	c.wake("alice", protocol.MaxSafeInteger)
+	c.event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: "g_x", TS: 1_700_000_000_123, Data: []byte(`{"conv_id":"g_x","seq":7}`)})
+	for _, data := range rec.published {
+		got, node, ok := readUserMsg(data)
+		var want busMsg
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !ok || string(node) != want.Node || got.Kind != want.Kind || got.Cursor != want.Cursor || got.TS != want.TS ||
+			got.Type != want.Type || got.Conv != want.Conv || string(got.Data) != string(want.Data) {
+			t.Fatalf("readUserMsg(%s) = %+v, %q, %v; want %+v", data, got, node, ok, want)
+		}
+	}
+	for _, data := range []string{
+		`{"n":"n_a","k":"w","c":1,"x":2}`,
+		`{"n":"n_a","k":"w","c":01}`,
+		`{"n":"n_a","k":"w","c":9007199254740992}`,
+		`{"n":"n_a","k":"v","c":1,"ts":1,"t":"conv_updated","cv":"g_x","d":{}}`,
+		`{"n":"n_a","k":"v","c":1,"ts":1,"t":"message","cv":"g\"x","d":{}}`,
+		`{"n":"n\u0061","k":"w","c":1}`,
+		`{"n":"n_a","k":"e","t":"receipts"}`,
+	} {
+		if _, _, ok := readUserMsg([]byte(data)); ok {
+			t.Errorf("readUserMsg took %s", data)
+		}
 	}
 }

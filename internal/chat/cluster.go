@@ -326,9 +326,14 @@ func (c *cluster) revoke(userID string, gen int64) {
 // ---- what the others tell this node ----
 
 func (c *cluster) onUser(userID string, data []byte) {
-	m, ok := c.decode(data)
-	if !ok {
+	m, node, ok := readUserMsg(data)
+	if ok && string(node) == c.node {
 		return
+	}
+	if !ok {
+		if m, ok = c.decode(data); !ok {
+			return
+		}
 	}
 	switch m.Kind {
 	case kindWake:
