@@ -28,7 +28,7 @@ import (
 // Anything else is dropped and counted (Observer.BusRejected, "invalid"; "malformed" for
 // what is not a bus message at all). What a node holding the key can still do, a store
 // cannot tell cheaply: a well-formed message event at a user's next cursor, or a "device
-// connected" that ends a connection (docs/deployment.md, "Trust model").
+// connected" that ends a connection (docs/design.md, "What a node believes").
 
 // The reasons a node refuses a message of the bus (parley_bus_rejected_total{reason}).
 const (
