@@ -82,6 +82,26 @@ func TestAttackBusForgedFrames(t *testing.T) {
 	})
 }
 
+// openLargeGroup has alice make, through node b, a group of four read by fanout (nodes
+// made with WriteFanoutMax 2), and viewer open it on a WebSocket to node a. It returns
+// alice's token, viewer's, the group and the WebSocket.
+func openLargeGroup(t *testing.T, a, b *node, viewer string) (alice, token, convID string, ws *wsClient) {
+	t.Helper()
+	alice = a.user(t, "alice")
+	for _, u := range []string{"bob", "carol", "dave"} {
+		if u == viewer {
+			token = a.user(t, u)
+		} else {
+			a.user(t, u)
+		}
+	}
+	convID = b.group(t, alice, "all hands", false, "bob", "carol", "dave")["conv_id"].(string)
+	ws = a.dialMark(t, token, -1, 0)
+	ws.pushOf("changes")
+	ws.do("open", map[string]any{"conv_id": convID})
+	return alice, token, convID, ws
+}
+
 // TestAttackBusForgedRoomPush: a forged push of a read-fanout group's message, on the
 // group's subject, does not reach the members who have it open, nor take the seq of the
 // real one, which they get.
@@ -89,13 +109,7 @@ func TestAttackBusForgedRoomPush(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
 		ns := startNodes(t, 2, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
 		a, b, forger := ns[0], ns[1], newBus(t)
-		alice, bob := a.user(t, "alice"), a.user(t, "bob")
-		a.user(t, "carol")
-		a.user(t, "dave")
-		convID := b.group(t, alice, "all hands", false, "bob", "carol", "dave")["conv_id"].(string)
-		bobWS := a.dialMark(t, bob, -1, 0)
-		bobWS.pushOf("changes")
-		bobWS.do("open", map[string]any{"conv_id": convID})
+		alice, bob, convID, bobWS := openLargeGroup(t, a, b, "bob")
 
 		seq := num(a.brief(t, bob, convID)["max_seq"]) + 1
 		frame := fmt.Sprintf(`{"op":"message","message":{"conv_id":%q,"seq":%d,"msg_id":"m_forged","client_msg_id":"forged","sender_id":"alice","content_type":1,"content":{"text":"forged"},"extra":null,"created_at":1,"recalled":false}}`, convID, seq)
@@ -180,14 +194,8 @@ func TestNodesLostRemovalLeavesTheRoom(t *testing.T) {
 		}
 		return m
 	}, withClock(&clk), func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
-	a, b := ns[0], ns[1]
-	alice, dave := a.user(t, "alice"), a.user(t, "dave")
-	a.user(t, "bob")
-	a.user(t, "carol")
-	convID := b.group(t, alice, "all hands", false, "bob", "carol", "dave")["conv_id"].(string)
-	daveWS := a.dialMark(t, dave, -1, 0)
-	daveWS.pushOf("changes")
-	daveWS.do("open", map[string]any{"conv_id": convID})
+	alice, _, convID, daveWS := openLargeGroup(t, ns[0], ns[1], "dave")
+	b := ns[1]
 
 	lossy.drops.Store(1 << 20) // every message from B to dave's subject is lost
 	b.ok(t, "POST", "/v1/conversations/"+convID+"/members", alice, map[string]any{"remove": []string{"dave"}})
