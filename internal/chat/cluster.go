@@ -408,7 +408,7 @@ func (c *cluster) onConv(convID string, data []byte) {
 
 // onRevoke takes a revocation from another node as a hint: the user's token generation is
 // read from the store, and only the connections whose tokens are older than that one are
-// closed. A revocation that names a generation this node already knows is no news. The
+// closed. A revocation that names a generation this node already knows needs no read. The
 // generation in the message is never believed: a forged one, however high, neither closes a
 // connection nor refuses a token the store still honours.
 func (c *cluster) onRevoke(data []byte) {
@@ -421,7 +421,8 @@ func (c *cluster) onRevoke(data []byte) {
 		return
 	}
 	if g, ok := c.s.gens.Load(m.User); ok && g.(int64) >= m.Gen {
-		return // applied already
+		c.s.hub.KickBelow(m.User, g.(int64)) // known already, from the store: no read
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), revokeReadTimeout)
 	defer cancel()

@@ -184,7 +184,8 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 }
 
 // raiseGen caches gen as userID's token generation unless a higher one is cached: two
-// revocations, here or on other nodes, may be learnt in either order.
+// reads of the store, or a read and a revocation here, may end in either order. Only
+// generations from the store are cached, never one a bus message names (onRevoke).
 func (s *Service) raiseGen(userID string, gen int64) {
 	for {
 		old, loaded := s.gens.LoadOrStore(userID, gen)
