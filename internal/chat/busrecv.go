@@ -2,6 +2,7 @@ package chat
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"time"
 
@@ -217,4 +218,27 @@ func cutDigits(b []byte) (n int64, rest []byte, ok bool) {
 		return 0, b, false
 	}
 	return n, b[i:], true
+}
+
+// roomAhead is how far past the newest seq a room here knows a message from the bus may be
+// before the store is asked whether the conversation has it: sends reach the nodes nearly
+// in seq order, and a room handed a seq far ahead would take it as its next and push none
+// of the real messages below it.
+const roomAhead = 1024
+
+// plausibleSeq reports whether seq, a message of convID from the bus, is one its room here
+// may take: within roomAhead of what the room knows, or, past that, at most the
+// conversation's max_seq in the store (read only then).
+func (c *cluster) plausibleSeq(convID string, seq int64) bool {
+	top, known := c.s.hub.RoomSeq(convID)
+	if !known || seq <= top+roomAhead {
+		return true
+	}
+	var maxSeq int64
+	err := c.s.view(context.Background(), "check a room message", func(tx store.ReadTx) error {
+		conv, err := loadConv(context.Background(), tx, convID)
+		maxSeq = conv.MaxSeq
+		return err
+	})
+	return err == nil && seq <= maxSeq
 }

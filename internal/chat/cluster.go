@@ -378,7 +378,7 @@ func (c *cluster) onConv(convID string, data []byte) {
 	switch m.Kind {
 	case kindMessage:
 		b, ok := c.roomBody(convID, &m)
-		if !ok {
+		if !ok || !c.plausibleSeq(convID, m.Seq) {
 			c.reject(rejectInvalid)
 			return
 		}

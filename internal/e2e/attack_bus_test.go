@@ -82,6 +82,39 @@ func TestAttackBusForgedFrames(t *testing.T) {
 	})
 }
 
+// TestAttackBusEventsAhead: a well-formed message event forged at a cursor far ahead of
+// alice's log neither closes her connection nor holds back the real event at her next
+// cursor; a large group's message forged at a seq far ahead of the group's does not take
+// the place of the real messages in the room, which are pushed.
+func TestAttackBusEventsAhead(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 2, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
+		a, b, forger := ns[0], ns[1], newBus(t)
+		alice, bob, convID, bobWS := openLargeGroup(t, a, b, "bob")
+
+		from := a.latest(t, bob)
+		direct := b.direct(t, alice, "bob")["conv_id"].(string)
+		ws := a.dial(t, a.Token(t, "bob", "tablet"), a.latest(t, bob))
+		payload := fmt.Sprintf(`{"conv_id":%q,"seq":1,"msg_id":"m_forged","client_msg_id":"forged","sender_id":"alice","content_type":1,"content":{"text":"forged"},"extra":null,"created_at":1,"recalled":false}`, direct)
+		forge(t, forger, bus.UserSubject("bob"), map[string]any{"k": "v", "c": from + 1000, "ts": 1, "t": "message", "cv": direct, "d": json.RawMessage(payload)})
+		ack := b.send(t, alice, direct, "real")
+		if ev := ws.event(); obj(t, ev["data"])["client_msg_id"] != "real" || num(obj(t, ev["data"])["seq"]) != num(ack["seq"]) {
+			t.Fatalf("pushed %s after an event forged ahead, want the real message", show(ev))
+		}
+		ws.ping()
+
+		seq := num(a.brief(t, bob, convID)["max_seq"]) + 5000
+		room := fmt.Sprintf(`{"conv_id":%q,"seq":%d,"msg_id":"m_forged","client_msg_id":"forged","sender_id":"alice","content_type":1,"content":{"text":"forged"},"extra":null,"created_at":1,"recalled":false}`, convID, seq)
+		forge(t, forger, bus.ConvSubject(convID), map[string]any{"k": "m", "s": seq, "u": "alice", "ts": 1, "d": json.RawMessage(room)})
+		for i := range 3 {
+			ack := b.send(t, alice, convID, fmt.Sprintf("real-%d", i))
+			if m := obj(t, bobWS.pushOf("message")["message"]); m["client_msg_id"] != ack["client_msg_id"] {
+				t.Fatalf("room pushed %s, want the real message %v", show(m), ack["client_msg_id"])
+			}
+		}
+	})
+}
+
 // openLargeGroup has alice make, through node b, a group of four read by fanout (nodes
 // made with WriteFanoutMax 2), and viewer open it on a WebSocket to node a. It returns
 // alice's token, viewer's, the group and the WebSocket.

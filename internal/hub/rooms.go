@@ -639,3 +639,15 @@ func (h *Hub) UnfollowUser(convID, userID string) {
 		h.Publish(userID, []Event{{Cursor: math.MaxInt64}})
 	}
 }
+
+// RoomSeq returns the newest seq convID's room here knows of, and whether the room read it
+// from the store (a Follow) rather than only from messages; known is false without a room.
+func (h *Hub) RoomSeq(convID string) (maxSeq int64, known bool) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if rm := sh.rooms[convID]; rm != nil {
+		return rm.maxSeq, rm.known
+	}
+	return 0, false
+}
