@@ -40,13 +40,18 @@ func forge(t *testing.T, b bus.Bus, subject string, m map[string]any) {
 
 const rejectedInvalid = `parley_bus_rejected_total{reason="invalid"}`
 
+// belowSealing configures the nodes of these tests to take the bus's messages as they come,
+// unsealed, so that a forgery reaches what a node does with a message from a sender that
+// holds the cluster key. (Nodes that seal the bus are told so here.)
+func belowSealing(*server.Config) {}
+
 // TestAttackBusForgedFrames: frames forged on alice's subject (a whole frame as an event's
 // data at her next cursor, an event of another type, a message of another conversation, a
 // raw frame as a receipts push) reach neither her socket nor her cursor: the next push she
 // gets is the real message at that cursor, and the node counts what it dropped.
 func TestAttackBusForgedFrames(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
-		ns := startNodes(t, 2, newBus)
+		ns := startNodes(t, 2, newBus, belowSealing)
 		a, b, forger := ns[0], ns[1], newBus(t)
 		alice, bob := a.user(t, "alice"), a.user(t, "bob")
 		convID := b.direct(t, bob, "alice")["conv_id"].(string)
@@ -88,7 +93,7 @@ func TestAttackBusForgedFrames(t *testing.T) {
 // the place of the real messages in the room, which are pushed.
 func TestAttackBusEventsAhead(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
-		ns := startNodes(t, 2, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
+		ns := startNodes(t, 2, newBus, belowSealing, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
 		a, b, forger := ns[0], ns[1], newBus(t)
 		alice, bob, convID, bobWS := openLargeGroup(t, a, b, "bob")
 
@@ -143,7 +148,7 @@ func openLargeGroup(t *testing.T, a, b *node, viewer string) (alice, token, conv
 // real one, which they get.
 func TestAttackBusForgedRoomPush(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
-		ns := startNodes(t, 2, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
+		ns := startNodes(t, 2, newBus, belowSealing, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
 		a, b, forger := ns[0], ns[1], newBus(t)
 		alice, bob, convID, bobWS := openLargeGroup(t, a, b, "bob")
 
@@ -167,7 +172,7 @@ func TestAttackBusForgedRoomPush(t *testing.T) {
 // of carol through node B, sent after it, is still applied on node A.
 func TestAttackBusForgedRevocation(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
-		ns := startNodes(t, 2, newBus)
+		ns := startNodes(t, 2, newBus, belowSealing)
 		a, b, forger := ns[0], ns[1], newBus(t)
 		alice, carol := a.user(t, "alice"), a.user(t, "carol")
 		ws := a.dial(t, alice, -1)
@@ -195,7 +200,7 @@ func TestAttackBusForgedRevocation(t *testing.T) {
 // docs/deployment.md).
 func TestAttackBusForgedDeviceConnected(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
-		ns := startNodes(t, 2, newBus)
+		ns := startNodes(t, 2, newBus, belowSealing)
 		a, forger := ns[0], newBus(t)
 		a.user(t, "alice")
 		phone := a.dial(t, a.Token(t, "alice", "phone"), -1)
