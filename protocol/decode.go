@@ -51,6 +51,12 @@ func ReadEventPush(data []byte) (ev SyncEvent, ok bool) {
 	return ev, true
 }
 
+// ReadMessage reads the data of a message event as the server lays it out, as readMessage
+// does: ok is false for anything else, which the caller then decodes with encoding/json.
+// A node reads with it the messages other nodes hand it (internal/chat) before it encodes
+// them again for its sockets.
+func ReadMessage(data []byte) (m Message, ok bool) { return readMessage(data) }
+
 // readMessage reads the data of a message event as the server lays it out (protocol.Message
 // through json.Marshal, with a null extra): ok is false for anything else. Content is a copy.
 func readMessage(data []byte) (m Message, ok bool) {

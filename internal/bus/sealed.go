@@ -39,11 +39,15 @@ const (
 	RejectReplayed   = "replayed"    // an envelope this node already opened (same sender and counter)
 	RejectStale      = "stale"       // a timestamp outside the replay window
 	RejectForged     = "forged"      // it failed authentication: wrong key, altered, or sealed for another subject
-	RejectMalformed  = "malformed"   // an envelope too short to hold its header and tag
+	RejectMalformed  = "malformed"   // an envelope too short to hold its header and tag, or an opened message that is not one of Parley's
+	// RejectInvalid is the reason of a message that opened but whose fields do not hold
+	// (an id out of form, a seq out of range, a conversation other than the subject's):
+	// chat's checks of what a node holding the key sent.
+	RejectInvalid = "invalid"
 )
 
 // RejectReasons lists every reason, so that a counter can be created for each up front.
-var RejectReasons = []string{RejectUnsealed, RejectUnknownKey, RejectReplayed, RejectStale, RejectForged, RejectMalformed}
+var RejectReasons = []string{RejectUnsealed, RejectUnknownKey, RejectReplayed, RejectStale, RejectForged, RejectMalformed, RejectInvalid}
 
 // ErrNoKey is returned by Seal when the key source holds no usable key.
 var ErrNoKey = errors.New("bus: no cluster key")

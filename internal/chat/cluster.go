@@ -44,6 +44,9 @@ type cluster struct {
 	mu   sync.Mutex // guards subs; taken after the lock of any holder (hub shard, counts shard, recent)
 	subs map[string]*busInterest
 
+	rmu         sync.Mutex           // guards roomChecked; taken last
+	roomChecked map[string]time.Time // rooms here -> when their followers' membership was last checked (checkRoom)
+
 	gensCleared atomic.Int64 // Unix nanoseconds of the last clearing of the generations cached
 	failures    atomic.Int64 // publishes refused since the last warning
 	lastWarn    atomic.Int64 // Unix nanoseconds of the last warning
@@ -87,32 +90,34 @@ type busInterest struct {
 const (
 	kindWake      = "w" // user: an event at Cursor
 	kindEvent     = "v" // user: the event at Cursor, a message: Type, Conv, TS and Data its hub.Body
-	kindEphemeral = "e" // user: a frame in no log (Type, Conv, Data)
+	kindEphemeral = "e" // user: a receipts push, in no log (Type, Conv, Receipts)
 	kindDevice    = "d" // user: Device connected at Since
-	kindMessage   = "m" // conv: a read-fanout message Seq by User, its push frame in Data, not pushed to Users (in their logs)
+	kindMessage   = "m" // conv: a read-fanout message Seq by User, its payload in Data, not pushed to Users (in their logs)
 	kindPositions = "p" // conv: User's positions are at least Read, Delivered
 	kindMembers   = "j" // conv: members joined or left
 	kindRecall    = "r" // conv: a message was recalled
 	kindRevoke    = "x" // revoke: User's tokens up to generation Gen are revoked
 )
 
-// busMsg is every message the nodes exchange, in JSON: small, and read by Parley only.
+// busMsg is every message the nodes exchange, in JSON: small, and read by Parley only. A
+// node checks every field of one before it acts on it (busrecv.go).
 type busMsg struct {
-	Node      string          `json:"n"`
-	Kind      string          `json:"k"`
-	User      string          `json:"u,omitempty"`
-	Cursor    int64           `json:"c,omitempty"`
-	Seq       int64           `json:"s,omitempty"`
-	TS        int64           `json:"ts,omitempty"`
-	Read      int64           `json:"r,omitempty"`
-	Delivered int64           `json:"dl,omitempty"`
-	Device    string          `json:"dv,omitempty"`
-	Since     int64           `json:"si,omitempty"`
-	Gen       int64           `json:"g,omitempty"`
-	Type      string          `json:"t,omitempty"`
-	Conv      string          `json:"cv,omitempty"`
-	Data      json.RawMessage `json:"d,omitempty"`
-	Users     []string        `json:"us,omitempty"`
+	Node      string              `json:"n"`
+	Kind      string              `json:"k"`
+	User      string              `json:"u,omitempty"`
+	Cursor    int64               `json:"c,omitempty"`
+	Seq       int64               `json:"s,omitempty"`
+	TS        int64               `json:"ts,omitempty"`
+	Read      int64               `json:"r,omitempty"`
+	Delivered int64               `json:"dl,omitempty"`
+	Device    string              `json:"dv,omitempty"`
+	Since     int64               `json:"si,omitempty"`
+	Gen       int64               `json:"g,omitempty"`
+	Type      string              `json:"t,omitempty"`
+	Conv      string              `json:"cv,omitempty"`
+	Data      json.RawMessage     `json:"d,omitempty"`
+	Users     []string            `json:"us,omitempty"`
+	Receipts  []protocol.Receipts `json:"rc,omitempty"`
 }
 
 // busObserver is what an Observer may also implement to count the bus's refusals.
@@ -120,7 +125,7 @@ type busObserver interface{ BusPublishFailed() }
 
 // newCluster joins s to the other nodes on b.
 func newCluster(s *Service, b bus.Bus) *cluster {
-	c := &cluster{s: s, bus: b, node: newID("n_"), subs: make(map[string]*busInterest)}
+	c := &cluster{s: s, bus: b, node: newID("n_"), subs: make(map[string]*busInterest), roomChecked: make(map[string]time.Time)}
 	c.gensCleared.Store(time.Now().UnixNano())
 	if _, err := b.Subscribe(revokeSubject, c.onRevoke); err != nil { // for the bus's life
 		s.log.Error("bus: subscribe to revocations", "err", err)
@@ -151,7 +156,16 @@ func (c *cluster) User(userID string, on bool) {
 }
 
 // Room implements hub.Interest.
-func (c *cluster) Room(convID string, on bool) { c.holdConv(convID, holdRoom, on) }
+func (c *cluster) Room(convID string, on bool) {
+	c.holdConv(convID, holdRoom, on)
+	c.rmu.Lock()
+	if on {
+		c.roomChecked[convID] = c.s.now() // its followers were members when they followed
+	} else {
+		delete(c.roomChecked, convID)
+	}
+	c.rmu.Unlock()
+}
 
 // ConvWatch implements hub.Interest.
 func (c *cluster) ConvWatch(convID string, on bool) { c.holdConv(convID, holdWatch, on) }
@@ -225,10 +239,11 @@ func (c *cluster) send(subject string, data []byte) {
 	}
 }
 
-// decode reads a message of another node; ok is false for this node's own and for garbage.
+// decode reads a message of another node; ok is false for this node's own and for garbage,
+// which is counted.
 func (c *cluster) decode(data []byte) (m busMsg, ok bool) {
 	if err := json.Unmarshal(data, &m); err != nil {
-		c.s.log.Warn("bus: undecodable message", "err", err)
+		c.reject(rejectMalformed)
 		return m, false
 	}
 	return m, m.Node != c.node
@@ -275,9 +290,10 @@ func (c *cluster) event(userID string, cursor int64, b *hub.Body) {
 	c.send(bus.UserSubject(userID), buf)
 }
 
-// ephemeral hands the other nodes a frame for userID's connections that is in no log.
-func (c *cluster) ephemeral(userID string, b *hub.Body) {
-	c.publish(bus.UserSubject(userID), busMsg{Kind: kindEphemeral, Type: b.Type, Conv: b.ConvID, Data: b.Data})
+// ephemeral hands the other nodes a receipts push of convID for userID's connections,
+// which is in no log: its counts, rs.
+func (c *cluster) ephemeral(userID, convID string, rs []protocol.Receipts) {
+	c.publish(bus.UserSubject(userID), busMsg{Kind: kindEphemeral, Type: protocol.OpReceipts, Conv: convID, Receipts: rs})
 }
 
 // deviceConnected tells the other nodes that a connection of the device opened at since.
@@ -285,9 +301,10 @@ func (c *cluster) deviceConnected(me Identity, since int64) {
 	c.publish(bus.UserSubject(me.UserID), busMsg{Kind: kindDevice, Device: me.DeviceID, Since: since})
 }
 
-// message hands the other nodes' rooms a committed message of a read-fanout conversation.
-func (c *cluster) message(convID string, seq int64, senderID string, ts int64, frame []byte, inLog []string) {
-	c.publish(bus.ConvSubject(convID), busMsg{Kind: kindMessage, Seq: seq, User: senderID, TS: ts, Data: frame, Users: inLog})
+// message hands the other nodes' rooms a committed message of a read-fanout conversation,
+// payload its encoding.
+func (c *cluster) message(convID string, seq int64, senderID string, ts int64, payload []byte, inLog []string) {
+	c.publish(bus.ConvSubject(convID), busMsg{Kind: kindMessage, Seq: seq, User: senderID, TS: ts, Data: payload, Users: inLog})
 }
 
 // positions tells the other nodes that userID's positions in convID moved.
@@ -309,21 +326,47 @@ func (c *cluster) revoke(userID string, gen int64) {
 // ---- what the others tell this node ----
 
 func (c *cluster) onUser(userID string, data []byte) {
-	m, ok := c.decode(data)
-	if !ok {
+	m, node, ok := readUserMsg(data)
+	if ok && string(node) == c.node {
 		return
+	}
+	if !ok {
+		if m, ok = c.decode(data); !ok {
+			return
+		}
 	}
 	switch m.Kind {
 	case kindWake:
+		if !validPos(m.Cursor) {
+			c.reject(rejectInvalid)
+			return
+		}
 		c.s.hub.Publish(userID, []hub.Event{{Cursor: m.Cursor}}) // no Body: read the log
 	case kindEvent:
-		if m.Cursor > 0 && len(m.Data) > 0 {
-			c.s.hub.Publish(userID, []hub.Event{{Cursor: m.Cursor, Body: &hub.Body{Type: m.Type, ConvID: m.Conv, TS: m.TS, Data: m.Data}}})
+		b, ok := c.eventBody(&m)
+		if !ok {
+			c.reject(rejectInvalid)
+			return
 		}
+		c.s.hub.Publish(userID, []hub.Event{{Cursor: m.Cursor, Body: b}})
 	case kindEphemeral:
-		c.s.hub.Publish(userID, []hub.Event{{Body: &hub.Body{Type: m.Type, ConvID: m.Conv, Data: m.Data}}})
+		if !receiptsValid(&m) {
+			c.reject(rejectInvalid)
+			return
+		}
+		b, ok := receiptsBody(m.Conv, m.Receipts)
+		if !ok {
+			return
+		}
+		c.s.hub.Publish(userID, []hub.Event{{Body: b}})
 	case kindDevice:
+		if !deviceValid(&m, time.Now()) { // the clock Since was read on
+			c.reject(rejectInvalid)
+			return
+		}
 		c.s.hub.Replace(userID, m.Device, m.Since)
+	default:
+		c.reject(rejectInvalid)
 	}
 }
 
@@ -334,29 +377,68 @@ func (c *cluster) onConv(convID string, data []byte) {
 	}
 	switch m.Kind {
 	case kindMessage:
+		b, ok := c.roomBody(convID, &m)
+		if !ok || !c.plausibleSeq(convID, m.Seq) {
+			c.reject(rejectInvalid)
+			return
+		}
 		// Only a room with followers here takes it: a room made by it would keep the node
 		// subscribed, for nobody, as long as messages come.
 		if c.s.hub.Followed(convID) {
-			c.s.hub.Message(convID, m.Seq, m.User, &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: m.TS, Data: m.Data, Skip: m.Users})
+			c.s.hub.Message(convID, m.Seq, m.User, b)
+			c.checkRoom(convID)
 		}
 		c.s.hub.NotifyConversation(convID)
 	case kindPositions:
-		c.s.raised(convID, m.User, m.Read, m.Delivered)
+		if !protocol.ValidUserID(m.User) || m.Read < 0 || m.Read > protocol.MaxSafeInteger ||
+			m.Delivered < 0 || m.Delivered > protocol.MaxSafeInteger {
+			c.reject(rejectInvalid)
+			return
+		}
+		c.s.raisedElsewhere(convID, m.User, m.Read, m.Delivered)
 	case kindMembers:
-		c.s.counts.forget(convID)
+		c.s.counts.forgetSoon(convID)
+		c.s.countsChanged(convID) // its next receipts push forgets the senders who left
 	case kindRecall:
 		c.s.recent.drop(convID)
+	default:
+		c.reject(rejectInvalid)
 	}
 }
 
+// onRevoke takes a revocation from another node as a hint: the user's token generation is
+// read from the store, and only the connections whose tokens are older than that one are
+// closed. A revocation that names a generation this node already knows needs no read. The
+// generation in the message is never believed: a forged one, however high, neither closes a
+// connection nor refuses a token the store still honours.
 func (c *cluster) onRevoke(data []byte) {
 	m, ok := c.decode(data)
-	if !ok || m.Kind != kindRevoke {
+	if !ok {
 		return
 	}
-	c.s.raiseGen(m.User, m.Gen)
-	c.s.hub.Kick(m.User)
+	if m.Kind != kindRevoke || !protocol.ValidUserID(m.User) || !validPos(m.Gen) {
+		c.reject(rejectInvalid)
+		return
+	}
+	if g, ok := c.s.gens.Load(m.User); ok && g.(int64) >= m.Gen {
+		c.s.hub.KickBelow(m.User, g.(int64)) // known already, from the store: no read
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), revokeReadTimeout)
+	defer cancel()
+	gen, err := c.s.storedGen(ctx, m.User)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			// The store did not answer: connections re-check their tokens within genTTL.
+			c.s.log.Warn("bus: read the token generation of a revocation", "user", m.User, "err", err)
+		}
+		return
+	}
+	c.s.hub.KickBelow(m.User, gen)
 }
+
+// revokeReadTimeout bounds onRevoke's read of the store, on the bus's delivery goroutine.
+const revokeReadTimeout = 5 * time.Second
 
 // expireGens clears the token generations cached once they are genTTL old, so that a
 // revocation whose message this node missed takes effect here within genTTL.
@@ -411,10 +493,16 @@ func (c *cluster) flush() {
 	}
 }
 
-// pushEphemeral hands userID's connections, on every node, a frame that is in no log.
-func (s *Service) pushEphemeral(userID string, b *hub.Body) {
+// pushReceiptsTo hands userID's connections, on every node, a receipts push of convID
+// with rs: a frame that is in no log. The other nodes get the counts, and encode the frame
+// themselves.
+func (s *Service) pushReceiptsTo(userID, convID string, rs []protocol.Receipts) {
+	b, ok := receiptsBody(convID, rs)
+	if !ok {
+		return
+	}
 	s.hub.Publish(userID, []hub.Event{{Body: b}})
 	if s.cluster != nil {
-		s.cluster.ephemeral(userID, b)
+		s.cluster.ephemeral(userID, convID, rs)
 	}
 }

@@ -316,6 +316,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 	})
 	if err == nil {
 		s.counts.changeMembers(convID, joined, userIDs(removed))
+		s.membersLeft(convID, userIDs(removed))
 		if s.cluster != nil {
 			s.cluster.convChanged(convID, kindMembers)
 		}

@@ -91,10 +91,17 @@ func (s *Service) positionsMoved(convID, userID string, read, delivered int64) {
 	}
 }
 
-// raised records a member's positions committed by this node or another one.
+// raised records a member's positions committed by this node.
 func (s *Service) raised(convID, userID string, read, delivered int64) {
 	s.counts.advance(convID, userID, read, delivered)
 	s.countsChanged(convID) // and their senders are told
+}
+
+// raisedElsewhere records a member's positions another node told of (readCounts'
+// advanceElsewhere).
+func (s *Service) raisedElsewhere(convID, userID string, read, delivered int64) {
+	s.counts.advanceElsewhere(convID, userID, read, delivered)
+	s.countsChanged(convID)
 }
 
 // target returns the position after an update to seq, and whether it moves.

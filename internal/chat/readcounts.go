@@ -53,11 +53,22 @@ type convCounts struct {
 	pos             map[string][2]int64 // user -> read, delivered
 	read, delivered rank.Multiset
 	built           time.Time // for readCounts.ttl
+	// staleAt, if not zero, is when they are dropped, to be built again: another node
+	// told of a change they may miss (forgetSoon). Not before rebuildEvery after built.
+	staleAt time.Time
 }
+
+// rebuildEvery is the least time between a conversation's build and the next one that
+// the bus asks for (a member change on another node, a raise of a member not counted):
+// building a group's counts reads all its members, and a message of the bus, which a
+// node holding its key could send at will, must not make this node read 100,000 members
+// each time. The counts may miss another node's member change for that long.
+const rebuildEvery = 5 * time.Second
 
 type buildInFlight struct {
 	n      int  // builds under way
 	stale  bool // a member change came meanwhile: their snapshots may miss it
+	soon   bool // one on another node came meanwhile: installed, they go stale (forgetSoon)
 	raised []raise
 }
 
@@ -69,6 +80,7 @@ type buildInFlight struct {
 type raise struct {
 	user            string
 	read, delivered int64
+	remote          bool // told by another node (advanceElsewhere)
 }
 
 func newReadCounts() *readCounts {
@@ -90,7 +102,7 @@ func (rc *readCounts) count(convID, sender string, seq int64) (members, read, de
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.convs[convID]
-	if c != nil && rc.ttl > 0 && time.Since(c.built) > rc.ttl {
+	if c != nil && (rc.ttl > 0 && time.Since(c.built) > rc.ttl || !c.staleAt.IsZero() && !time.Now().Before(c.staleAt)) {
 		r.dropLocked(convID)
 		rc.held(r, convID)
 		c = nil
@@ -146,6 +158,9 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 			}
 		}
 		c := &convCounts{pos: make(map[string][2]int64, len(ms)), built: time.Now()}
+		if b.soon {
+			c.staleAt = c.built.Add(rebuildEvery)
+		}
 		for _, m := range ms {
 			c.pos[m.UserID] = [2]int64{m.ReadSeq, m.DeliveredSeq}
 			c.read.Add(m.ReadSeq)
@@ -157,29 +172,44 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 			if r.convs[convID] != c {
 				break // dropped by a raise of a user it does not count
 			}
-			r.raiseLocked(convID, c, x.user, x.read, x.delivered)
+			r.raiseLocked(convID, c, x)
 		}
 	}
 }
 
 // advance raises user's positions in convID to at least read and delivered, after a commit.
 func (rc *readCounts) advance(convID, user string, read, delivered int64) {
+	rc.raise(convID, raise{user: user, read: read, delivered: delivered})
+}
+
+// advanceElsewhere is advance for a commit another node told of: a raise of a user the
+// counts do not hold makes them stale (forgetSoon) rather than dropped at once.
+func (rc *readCounts) advanceElsewhere(convID, user string, read, delivered int64) {
+	rc.raise(convID, raise{user: user, read: read, delivered: delivered, remote: true})
+}
+
+func (rc *readCounts) raise(convID string, x raise) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.building[convID]; b != nil {
-		b.raised = append(b.raised, raise{user, read, delivered})
+		b.raised = append(b.raised, x)
 	}
 	if c := r.convs[convID]; c != nil {
-		if r.raiseLocked(convID, c, user, read, delivered); r.convs[convID] == nil {
+		if r.raiseLocked(convID, c, x); r.convs[convID] == nil {
 			rc.held(r, convID) // dropped
 		}
 	}
 }
 
-// raiseLocked raises user's positions in c, convID's counts. r.mu must be held.
-func (r *countShard) raiseLocked(convID string, c *convCounts, user string, read, delivered int64) {
+// raiseLocked raises x.user's positions in c, convID's counts. r.mu must be held.
+func (r *countShard) raiseLocked(convID string, c *convCounts, x raise) {
+	user, read, delivered := x.user, x.read, x.delivered
 	p, in := c.pos[user]
+	if !in && x.remote {
+		c.staleSoon() // a join another node made, whose news may be on its way or lost
+		return
+	}
 	if !in {
 		r.dropLocked(convID) // a join not applied yet: see changeMembers
 		return
@@ -252,17 +282,32 @@ func (r *countShard) dropLocked(convID string) {
 	}
 }
 
-// forget drops convID's counts, and makes the builds under way throw theirs away: its
-// members changed on another node, which sends the change, not the members.
-func (rc *readCounts) forget(convID string) {
+// forgetSoon is for a member change another node told of, which sends the change, not the
+// members: the counts held are dropped, and the builds under way installed but dropped, once rebuildEvery has passed
+// since they were built, so that the bus never makes this node rebuild a conversation's
+// counts more often than that.
+func (rc *readCounts) forgetSoon(convID string) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.building[convID]; b != nil {
-		b.stale = true
+		b.soon = true
 	}
-	r.dropLocked(convID)
-	rc.held(r, convID)
+	if c := r.convs[convID]; c != nil {
+		c.staleSoon()
+	}
+}
+
+// staleSoon marks c to be dropped once rebuildEvery has passed since it was built, or at
+// once if it has.
+func (c *convCounts) staleSoon() {
+	at := c.built.Add(rebuildEvery)
+	if now := time.Now(); now.After(at) {
+		at = now
+	}
+	if c.staleAt.IsZero() || at.Before(c.staleAt) {
+		c.staleAt = at
+	}
 }
 
 // held tells onHold whether convID is held or being built in r, its shard. r.mu must be

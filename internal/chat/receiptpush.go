@@ -2,7 +2,6 @@ package chat
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"hash/maphash"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -87,10 +85,7 @@ func (s *Service) messageSent(m store.Message) {
 	if c == nil {
 		if len(r.convs) >= maxPushedConvs {
 			for id := range r.convs {
-				delete(r.convs, id)
-				if s.receipts.onHold != nil {
-					s.receipts.onHold(id, false)
-				}
+				r.forgetLocked(s.receipts, id)
 				break
 			}
 		}
@@ -188,22 +183,59 @@ func (s *Service) pushReceipts(convID string) {
 		}
 	}
 	for u := range sent {
-		if _, ok := counts[u]; !ok && err == nil {
-			delete(c.sent, u) // no longer a member
+		if _, ok := counts[u]; (!ok && err == nil) || errors.Is(err, ErrNotFound) {
+			c.forgetSender(u) // no longer a member, or the group is gone
 		}
 	}
 	again := c.changed
+	if len(c.sent) == 0 && r.convs[convID] == c {
+		r.forgetLocked(s.receipts, convID) // nobody left to push to
+		again = false
+	}
 	r.mu.Unlock()
 
 	for _, f := range frames {
-		data, err := json.Marshal(protocol.ReceiptsPush{Op: protocol.OpReceipts, ConvID: convID, Receipts: f.receipts})
-		if err != nil {
-			continue // cannot happen: plain numbers
-		}
-		s.pushEphemeral(f.sender, &hub.Body{Type: protocol.OpReceipts, ConvID: convID, Data: data})
+		s.pushReceiptsTo(f.sender, convID, f.receipts)
 	}
 	if again {
 		s.countsChanged(convID) // changes that came while this push was computed
+	}
+}
+
+// forgetSender drops what c holds of sender's messages. The shard's lock must be held.
+func (c *convPushes) forgetSender(sender string) {
+	for _, seq := range c.sent[sender] {
+		delete(c.pushed, seq)
+	}
+	delete(c.sent, sender)
+}
+
+// forgetLocked drops what r holds of convID. r.mu must be held.
+func (r *pushShard) forgetLocked(rp *receiptPushes, convID string) {
+	delete(r.convs, convID)
+	if rp.onHold != nil {
+		rp.onHold(convID, false)
+	}
+}
+
+// membersLeft drops the senders in left from convID's receipts pushes: they left the
+// group, and are pushed nothing more of it.
+func (s *Service) membersLeft(convID string, left []string) {
+	if len(left) == 0 {
+		return
+	}
+	r := s.receipts.shard(convID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.convs[convID]
+	if c == nil {
+		return
+	}
+	for _, u := range left {
+		c.forgetSender(u)
+	}
+	if len(c.sent) == 0 {
+		r.forgetLocked(s.receipts, convID)
 	}
 }
 

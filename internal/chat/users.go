@@ -95,6 +95,10 @@ type Session struct {
 	gen       int64
 }
 
+// Gen is the token generation of the session's token: a revocation ends the connections
+// of tokens below the user's new generation (hub.KickBelow).
+func (s Session) Gen() int64 { return s.gen }
+
 // Authenticate verifies a user token: ErrUnauthorized when missing, malformed, forged,
 // expired or revoked.
 func (s *Service) Authenticate(ctx context.Context, token string) (Identity, error) {
@@ -180,7 +184,8 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 }
 
 // raiseGen caches gen as userID's token generation unless a higher one is cached: two
-// revocations, here or on other nodes, may be learnt in either order.
+// reads of the store, or a read and a revocation here, may end in either order. Only
+// generations from the store are cached, never one a bus message names (onRevoke).
 func (s *Service) raiseGen(userID string, gen int64) {
 	for {
 		old, loaded := s.gens.LoadOrStore(userID, gen)

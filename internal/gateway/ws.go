@@ -103,7 +103,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c.finished.Add(1)
 	c.writer.Store(writerRunning) // until run starts the first writer, wake starts none
-	c.sub = g.svc.Hub().WatchDevice(me.UserID, me.DeviceID, c.since, g.cfg.SendQueue, c.wake)
+	c.sub = g.svc.Hub().WatchDevice(me.UserID, me.DeviceID, c.since, sess.Gen(), g.cfg.SendQueue, c.wake)
 	g.svc.AwaitSubscriptions() // other nodes' commits from now on wake it too
 	if _, err = g.svc.CheckSession(r.Context(), sess); err == nil && cursor == nil {
 		c.last, err = g.svc.LatestCursor(r.Context(), me.UserID)
@@ -254,7 +254,7 @@ type wsConn struct {
 
 	// Used by one writer at a time, like cursor and last:
 	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=
-	held    []*hub.Event          // ephemeral pushes taken while catching up, written once it is done
+	held    []*hub.Event          // ephemeral pushes taken while catching up, written once it is done; at most SendQueue
 }
 
 // maxOpen is how many conversations a connection may have open at once.
@@ -766,11 +766,12 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool
 		if ev.Cursor <= *last {
 			return true
 		}
-		// The hub delivered an event that sync does not show yet: chat publishes only
-		// committed events, so this is a bug. Reconnecting with the cursor recovers.
-		c.g.log.Error("gateway: live event ahead of the sync log", "user", c.me.UserID, "cursor", ev.Cursor, "last", *last)
-		c.close(websocket.CloseInternalServerErr, "internal error", nil)
-		return false
+		// The hub delivered an event that sync does not show: chat publishes only committed
+		// events, so it came from the bus and no node committed it. It is dropped, not
+		// pushed, and the connection stays: closing it would let such a message end any
+		// user's connection. Were it real after all, the next catch-up would push it.
+		c.g.log.Warn("gateway: a live event ahead of the sync log, dropped", "user", c.me.UserID, "cursor", ev.Cursor, "last", *last)
+		return true
 	}
 	if !c.push(ev) {
 		return false
@@ -783,7 +784,8 @@ func (c *wsConn) deliver(sub *hub.Subscription, ev *hub.Event, last *int64) bool
 // catchUp pushes every event after *last from the durable log, page by page. Live events
 // that arrive meanwhile are drained from the subscription (the log has them), so a long
 // catch-up on a busy account does not overflow the hub buffer and disconnect the client;
-// it ends only once the log has caught up with the newest live event seen.
+// it ends once a page reaches the log's end, which is past every live event drained before
+// it was read.
 func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 	buf := pushBuffers.Get().(*[]byte)
 	defer func() {
@@ -791,9 +793,10 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 			pushBuffers.Put(buf)
 		}
 	}()
-	var seen int64
 	for !c.closing() {
-		seen = max(seen, c.drain(sub))
+		if !c.drain(sub) {
+			return false
+		}
 		resp, err := c.g.svc.Events(c.ctx, c.me, *last, protocol.MaxSyncLimit)
 		if err != nil {
 			c.fail(err)
@@ -802,7 +805,11 @@ func (c *wsConn) catchUp(sub *hub.Subscription, last *int64) bool {
 		if !c.pushPage(sub, resp.Events, last, buf) {
 			return false
 		}
-		if (!resp.HasMore || len(resp.Events) == 0) && *last >= seen {
+		if !resp.HasMore || len(resp.Events) == 0 {
+			// The log has no more. A live event drained above it was never committed: chat
+			// publishes events after their commit, so this read would have it. It came from
+			// the bus (or is a wake-up ahead of any cursor, after a reconnection), and waiting
+			// for the log to reach it would spin here for good.
 			return c.writeHeld()
 		}
 	}
@@ -857,18 +864,26 @@ func (c *wsConn) subscribed(sub *hub.Subscription) bool {
 	return true
 }
 
-// drain takes every event already buffered in sub and returns the highest cursor among
-// them (0 if none). The log has those events; the ephemeral ones it has not, so they are
-// kept in c.held, for writeHeld.
-func (c *wsConn) drain(sub *hub.Subscription) int64 {
-	var top int64
+// drain takes every event already buffered in sub. The log has those events; the
+// ephemeral ones it has not, so they are kept in c.held, for writeHeld. They are held up to SendQueue, as many as the client may
+// have pending anyway: past that (a catch-up that lasts while a busy group's room pushes,
+// or a flood of receipts pushes, keep coming) the client is as far behind as one whose
+// queue overflowed, and is closed the same way (ok false), to reconnect with its cursor
+// and read what it missed from the log and history. Without the bound, held would grow
+// for as long as the catch-up lasts.
+func (c *wsConn) drain(sub *hub.Subscription) (ok bool) {
 	for _, ev := range sub.Take(nil) {
-		if ev.Cursor == 0 {
-			c.held = append(c.held, ev)
+		if ev.Cursor != 0 {
+			continue
 		}
-		top = max(top, ev.Cursor)
+		if len(c.held) >= c.g.cfg.SendQueue {
+			c.held = nil
+			c.close(CloseTooSlow, "too slow: reconnect with your cursor", nil)
+			return false
+		}
+		c.held = append(c.held, ev)
 	}
-	return top
+	return true
 }
 
 // pushBuffers recycles the buffers push frames are built in: a 500-member group message

@@ -119,6 +119,7 @@ type Subscription struct {
 	userID string
 	device string        // WatchDevice's device, "" otherwise
 	since  int64         // WatchDevice's opening time, for Replace
+	gen    int64         // WatchDevice's token generation, for KickBelow; 0 otherwise
 	ch     chan *Event   // Subscribe's; nil for Watch's
 	notify func()        // Watch's; nil for Subscribe's
 	limit  int           // Watch's: most events queued
@@ -152,13 +153,14 @@ func (h *Hub) Subscribe(userID string, buffer int) *Subscription {
 // whole buffer for as long as it is open (2 KiB for 256 events, on every idle connection),
 // and it has neither Events nor Done channel.
 func (h *Hub) Watch(userID string, limit int, notify func()) *Subscription {
-	return h.WatchDevice(userID, "", 0, limit, notify)
+	return h.WatchDevice(userID, "", 0, 0, limit, notify)
 }
 
 // WatchDevice is Watch for the connection of one device of userID, opened at since (Unix
-// nanoseconds): Replace ends it when a newer connection of the device opens on another node.
-func (h *Hub) WatchDevice(userID, deviceID string, since int64, limit int, notify func()) *Subscription {
-	s := &Subscription{limit: max(limit, 1), notify: notify, device: deviceID, since: since}
+// nanoseconds) with a token of generation gen: Replace ends it when a newer connection of
+// the device opens on another node, KickBelow when tokens of gen are revoked.
+func (h *Hub) WatchDevice(userID, deviceID string, since, gen int64, limit int, notify func()) *Subscription {
+	s := &Subscription{limit: max(limit, 1), notify: notify, device: deviceID, since: since, gen: gen}
 	h.add(userID, s)
 	return s
 }
@@ -260,6 +262,20 @@ func (h *Hub) Kick(userID string) {
 	defer sh.mu.Unlock()
 	for s := range sh.subs[userID] {
 		sh.endLocked(s, ErrKicked)
+	}
+}
+
+// KickBelow ends with ErrKicked the subscriptions of userID whose token generation is
+// below gen (those made without one, long-polls, included): a revocation another node
+// made, once the store confirmed gen. The others hold tokens minted after it.
+func (h *Hub) KickBelow(userID string, gen int64) {
+	sh := h.shardOf(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for s := range sh.subs[userID] {
+		if s.gen < gen {
+			sh.endLocked(s, ErrKicked)
+		}
 	}
 }
 

@@ -242,9 +242,9 @@ func TestConvWatchWakesAndCoalesces(t *testing.T) {
 func TestReplaceEndsOlderConnectionsOfTheDevice(t *testing.T) {
 	h := New()
 	nop := func() {}
-	older := h.WatchDevice("bob", "phone", 100, 8, nop)
-	newer := h.WatchDevice("bob", "phone", 300, 8, nop)
-	tablet := h.WatchDevice("bob", "tablet", 100, 8, nop)
+	older := h.WatchDevice("bob", "phone", 100, 1, 8, nop)
+	newer := h.WatchDevice("bob", "phone", 300, 1, 8, nop)
+	tablet := h.WatchDevice("bob", "tablet", 100, 1, 8, nop)
 	poll := h.Subscribe("bob", 4)
 	h.Replace("bob", "phone", 200)
 	if err := older.Err(); err != ErrReplaced {
@@ -256,4 +256,25 @@ func TestReplaceEndsOlderConnectionsOfTheDevice(t *testing.T) {
 		}
 		s.Close()
 	}
+}
+
+// TestKickBelowEndsOnlyOlderTokens: KickBelow ends, with ErrKicked, the subscriptions whose
+// token generation is below the one given, and those made without one (long-polls), but
+// not those of tokens minted at or after it.
+func TestKickBelowEndsOnlyOlderTokens(t *testing.T) {
+	h := New()
+	nop := func() {}
+	old := h.WatchDevice("bob", "phone", 100, 1, 8, nop)
+	fresh := h.WatchDevice("bob", "tablet", 100, 2, 8, nop)
+	poll := h.Subscribe("bob", 4)
+	h.KickBelow("bob", 2)
+	for name, s := range map[string]*Subscription{"generation 1": old, "long-poll": poll} {
+		if err := s.Err(); err != ErrKicked {
+			t.Fatalf("%s: %v, want ErrKicked", name, err)
+		}
+	}
+	if err := fresh.Err(); err != nil {
+		t.Fatalf("generation 2 ended: %v", err)
+	}
+	fresh.Close()
 }

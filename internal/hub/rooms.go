@@ -2,6 +2,7 @@ package hub
 
 import (
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -600,4 +601,53 @@ func (s *Subscription) Follows(convID string) bool {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	return s.following[convID]
+}
+
+// RoomUsers returns the users with a subscription here that follows convID's room.
+func (h *Hub) RoomUsers(convID string) []string {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rm := sh.rooms[convID]
+	if rm == nil {
+		return nil
+	}
+	users := make([]string, 0, len(rm.members))
+	for u := range rm.members {
+		users = append(users, u)
+	}
+	return users
+}
+
+// UnfollowUser ends the memberships of convID's room of userID's subscriptions here (the
+// user is no longer a member, which the node learnt from the store, not from the user's
+// log), and hands each a wake-up, so that it reads the user's log, where the reason is.
+func (h *Hub) UnfollowUser(convID, userID string) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	var subs []*Subscription
+	if rm := sh.rooms[convID]; rm != nil {
+		for s := range rm.members[userID] {
+			subs = append(subs, s)
+		}
+	}
+	sh.mu.Unlock() // Unfollow takes a subscription's follow lock, which comes first
+	for _, s := range subs {
+		h.Unfollow(s, convID)
+	}
+	if len(subs) > 0 {
+		h.Publish(userID, []Event{{Cursor: math.MaxInt64}})
+	}
+}
+
+// RoomSeq returns the newest seq convID's room here knows of, and whether the room read it
+// from the store (a Follow) rather than only from messages; known is false without a room.
+func (h *Hub) RoomSeq(convID string) (maxSeq int64, known bool) {
+	sh := h.rooms.shardOf(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if rm := sh.rooms[convID]; rm != nil {
+		return rm.maxSeq, rm.known
+	}
+	return 0, false
 }

@@ -118,7 +118,7 @@ func New() *Metrics {
 		}),
 		busRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_bus_rejected_total",
-			Help: "Bus messages dropped unopened: unsealed, unknown_key, replayed, stale, forged or malformed (someone on the NATS network without the cluster key, or a retired key).",
+			Help: "Bus messages dropped: unopened (unsealed, unknown_key, replayed, stale, forged or malformed: someone on the NATS network without the cluster key, or a retired key), or opened but with fields that do not hold (invalid).",
 		}, []string{"reason"}),
 		pushSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_push_sent_total",
@@ -156,7 +156,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
-		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed,
+		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed, m.busRejected,
 	)
 	m.reg.MustRegister(m.busRejected)
 	for _, r := range bus.RejectReasons { // every reason shows, at 0, from the start
@@ -215,8 +215,9 @@ func (m *Metrics) BusPublishFailed() {
 	}
 }
 
-// BusRejected counts one bus message dropped unopened (bus.SealOptions.OnReject). A reason
-// outside bus.RejectReasons counts as "other", so the label set stays fixed.
+// BusRejected counts one bus message dropped: unopened (bus.SealOptions.OnReject), or
+// opened and refused by chat's checks. A reason outside bus.RejectReasons counts as
+// "other", so the label set stays fixed.
 func (m *Metrics) BusRejected(reason string) {
 	if m == nil {
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // FeedSubject is the bus subject on which nodes tell each other what the one pushing node
@@ -119,6 +120,28 @@ type feedDevice struct {
 func (m *feedMsg) empty() bool {
 	return len(m.Wakes) == 0 && len(m.Reloads) == 0 && len(m.Opens) == 0 && len(m.Closes) == 0 &&
 		len(m.Took) == 0 && len(m.Sent) == 0
+}
+
+// valid reports whether every user, device and cursor of m has its documented form.
+func (m *feedMsg) valid() bool {
+	for u, c := range m.Wakes {
+		if !protocol.ValidUserID(u) || c < 1 || c > protocol.MaxSafeInteger {
+			return false
+		}
+	}
+	for _, u := range m.Reloads {
+		if !protocol.ValidUserID(u) {
+			return false
+		}
+	}
+	for _, ds := range [][]feedDevice{m.Opens, m.Closes, m.Took, m.Sent} {
+		for _, d := range ds {
+			if !protocol.ValidUserID(d.User) || !protocol.ValidDeviceID(d.Device) || d.Cursor < 0 || d.Cursor > protocol.MaxSafeInteger {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // NewFeed subscribes to the feed of the other nodes on b.
@@ -273,21 +296,23 @@ func (f *Feed) receive(data []byte) {
 		return
 	}
 	var m feedMsg
-	if err := json.Unmarshal(data, &m); err != nil {
-		f.log.Warn("push: a malformed feed message", "err", err)
+	if err := json.Unmarshal(data, &m); err != nil || !m.valid() {
+		f.log.Debug("push: a malformed feed message", "err", err)
 		return
 	}
+	// What other nodes tell of their devices is believed for a while only (Presence's
+	// ...Elsewhere): it silences pushes, and nothing here can confirm it.
 	for _, d := range m.Opens {
-		f.pres.Open(d.User, d.Device)
+		f.pres.OpenElsewhere(d.User, d.Device)
 	}
 	for _, d := range m.Sent { // before the closes: a close settles what was sent before it
-		f.pres.Sent(d.User, d.Device, d.Cursor)
+		f.pres.SentElsewhere(d.User, d.Device, d.Cursor)
 	}
 	for _, d := range m.Closes {
-		f.pres.Close(d.User, d.Device)
+		f.pres.CloseElsewhere(d.User, d.Device)
 	}
 	for _, d := range m.Took {
-		f.pres.Took(d.User, d.Device, d.Cursor)
+		f.pres.TookElsewhere(d.User, d.Device, d.Cursor)
 	}
 	for u, c := range m.Wakes {
 		f.p.Notify(u, c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +144,50 @@ func TestFeedSendsNewsOnlyOfRegisteredUsers(t *testing.T) {
 	a.Notify("alice", 4)
 	if got := news(t, a, tap); got["bob"] || !got["alice"] {
 		t.Fatalf("after bob's registration went: news of %v, want alice's only", got)
+	}
+}
+
+// TestFeedBelievesOtherNodesForAWhileOnly: on the pushing node, a feed message from the
+// bus that claims bob's phone is connected and has taken every event makes the phone live
+// for at most remoteTTL after it: a forger cannot silence bob's pushes for good. A feed
+// message with an id or cursor out of form is dropped whole. What this node's own gateway
+// tells is believed as before.
+func TestFeedBelievesOtherNodesForAWhileOnly(t *testing.T) {
+	w := newWorld(t, t.TempDir(), Options{})
+	b := bus.NewMemory(bus.MemoryOptions{})
+	t.Cleanup(func() { b.Close() })
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	pres := NewPresence(clock)
+	p := New(Options{Store: w.st, Facts: fakeFacts{}, Providers: map[string]Provider{FCM: newFakeProvider()}, Presence: pres})
+	p.leading.Store(true) // this node pushes
+	if _, err := NewFeed(b, p, pres, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	forge := func(m string) {
+		if err := b.Publish(context.Background(), FeedSubject, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const grace = 3 * time.Second
+
+	forge(`{"o":[{"u":"bob","d":"laptop"}],"t":[{"u":"bob","d":"laptop","c":-1}]}`)  // a cursor out of range
+	forge(`{"t":[{"u":"bob","d":"laptop","c":5}],"o":[{"u":"bob\n","d":"laptop"}]}`) // a user id of no form
+	forge(`{"o":[{"u":"bob","d":"phone"}],"t":[{"u":"bob","d":"phone","c":9007199254740991}]}`)
+	waitFor(t, "the forged news taken", func() bool { live, taken := pres.state("bob", "phone", grace); return live && taken > 0 })
+	if live, taken := pres.state("bob", "laptop", grace); live || taken != 0 {
+		t.Fatalf("laptop live %v, taken %d: a malformed feed message was applied", live, taken)
+	}
+
+	pres.Took("bob", "tablet", 4) // this node's own
+	mu.Lock()
+	now = now.Add(remoteTTL)
+	mu.Unlock()
+	if live, taken := pres.state("bob", "phone", grace); live || taken != 0 {
+		t.Fatalf("remoteTTL after the forged news: live %v, taken %d; want offline with nothing taken", live, taken)
+	}
+	if _, taken := pres.state("bob", "tablet", grace); taken != 4 {
+		t.Fatalf("this node's own news: taken %d, want 4", taken)
 	}
 }
