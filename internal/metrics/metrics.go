@@ -158,7 +158,6 @@ func New() *Metrics {
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
 		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed, m.busRejected,
 	)
-	m.reg.MustRegister(m.busRejected)
 	for _, r := range bus.RejectReasons { // every reason shows, at 0, from the start
 		m.busRejected.WithLabelValues(r)
 	}
