@@ -84,4 +84,7 @@ const (
 	// MaxMentions is the most user ids a send's mentions may name (SendRequest's maxlen tag,
 	// which the server's list rule reads, says the same).
 	MaxMentions = 50
+	// MaxContentType is the largest content_type a message may have (2^31-1): the range
+	// that every storage engine keeps exactly, PostgreSQL's integer column included.
+	MaxContentType = 1<<31 - 1
 )

@@ -158,6 +158,8 @@ func validateSend(req protocol.SendRequest) (extra []byte, mentions []string, er
 		return nil, nil, invalid("client_msg_id must be 1-64 characters of [A-Za-z0-9_-]")
 	case req.ContentType < 1:
 		return nil, nil, invalid("content_type must be an integer of at least 1")
+	case req.ContentType > protocol.MaxContentType:
+		return nil, nil, invalid("content_type must be at most %d (2^31-1)", protocol.MaxContentType) // PostgreSQL's integer
 	case len(req.Content) == 0 || string(req.Content) == "null":
 		return nil, nil, invalid("content is required")
 	case !json.Valid(req.Content):

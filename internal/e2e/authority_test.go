@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/parleychat/parley/internal/parleytest"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +12,9 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/parleychat/parley/internal/parleytest"
+	"github.com/parleychat/parley/internal/server"
 )
 
 // closeExpired is the close code of a connection whose token expired.
@@ -46,7 +48,7 @@ func TestAttackRevokedSlowReader(t *testing.T) {
 	parleytest.OneNode(t, "the balancer reads for a slow client, so the node never sees one")
 	for _, after := range []int{10, 0} {
 		t.Run(fmt.Sprintf("%d frames after the revoke", after), func(t *testing.T) {
-			n := start(t)
+			n := start(t, withoutWriteTimeout)
 			a := newSlowReaderAttack(t, n, n.user(t, "mallory"))
 			a.sendFrames(t, "before", 5)
 			a.settled(t, 5)
@@ -58,12 +60,19 @@ func TestAttackRevokedSlowReader(t *testing.T) {
 }
 
 // TestAttackExpiredSlowReader is TestAttackRevokedSlowReader for a token that expires
-// while its socket is open: once the node's clock passes the expiry, no frame is acted on
-// and the socket closes with 4004.
+// while its socket is open: once the node's clock passes the expiry, no frame is acted on,
+// the catch-up stops at its next push and the socket closes with 4004.
+//
+// The catch-up used to learn of the expiry only from the reader, at the next frame (the
+// connection's timer runs on real time, for which the token has a minute left): the test
+// then passed only if the reader met an "after" frame before the writer, unblocked once the
+// test reads, had pushed the rest, a race the writer won on a busy machine. The catch-up
+// checks the token before every push now, so what ends it is that event, not an order of
+// goroutines.
 func TestAttackExpiredSlowReader(t *testing.T) {
 	parleytest.OneNode(t, "the balancer reads for a slow client, so the node never sees one")
 	var clk clock
-	n := start(t, withClock(&clk))
+	n := start(t, withClock(&clk), withoutWriteTimeout)
 	n.user(t, "mallory")
 	var tok struct {
 		Token string `json:"token"`
@@ -91,6 +100,11 @@ func TestWSClosedAtExpiry(t *testing.T) {
 		t.Fatalf("closed with %d, want %d (token expired)", code, closeExpired)
 	}
 }
+
+// withoutWriteTimeout gives a node a WebSocket write timeout that no test comes near: the
+// slow-reader attacks hold the writer of their connection blocked while they set up, and
+// must see it closed by the revoke or the expiry, not by how long the setup took.
+func withoutWriteTimeout(c *server.Config) { c.Gateway.WriteTimeout = time.Hour }
 
 // slowReaderAttack is a member of a conversation with a large history who connects from
 // cursor 0 and does not read, so that the server's catch-up stays blocked on a full socket,
@@ -157,6 +171,7 @@ func (a *slowReaderAttack) settled(t *testing.T, count int) {
 	eventually(t, "the frames sent before to be stored", func() bool {
 		return len(a.n.history(t, a.alice, a.convID, historyMessages)) == count
 	})
+	a.events += count // the attacker's own messages are in the attacker's log too
 	eventually(t, "the catch-up to push", func() bool {
 		return a.n.metric(t, "parley_events_pushed_total") > 0
 	})

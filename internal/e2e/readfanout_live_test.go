@@ -124,16 +124,21 @@ func TestReadFanoutLive(t *testing.T) {
 		t.Fatal("carol's notices did not reach max_seq in time")
 	}
 	notices, at := got.notices, got.at
-	for i, p := range notices {
+	for _, p := range notices {
 		if p["content"] != nil || p["message"] != nil || num(p["unread"]) != num(p["max_seq"]) {
 			t.Fatalf("notice %s: want no body and every message unread", show(p))
 		}
-		if i > 0 && at[i].Sub(at[i-1]) < 800*time.Millisecond {
-			t.Fatalf("notices %d and %d arrived %v apart: want at most one a second", i-1, i, at[i].Sub(at[i-1]))
-		}
 	}
-	if len(notices) > 1+int(at[len(at)-1].Sub(at[0])/time.Second)+1 {
-		t.Fatalf("%d notices for a burst of %d messages over %v", len(notices), total, at[len(at)-1].Sub(at[0]))
+	// At most one a second: the notices from the i-th to the j-th span at least j-i seconds
+	// as the node sends them. They are timed as they arrive, which a busy machine delays
+	// unevenly (one read 300 ms late and the next on time are 700 ms apart), so one in every
+	// span may be extra: a node that notified more often is still caught over a few.
+	for i := range at {
+		for j := i + 1; j < len(at); j++ {
+			if span := at[j].Sub(at[i]); j-i > int(span/time.Second)+1 {
+				t.Fatalf("notices %d to %d arrived within %v, for a burst of %d messages: want at most one a second", i, j, span, total)
+			}
+		}
 	}
 
 	// carol reads half; the next notice counts from there.

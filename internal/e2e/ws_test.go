@@ -211,11 +211,14 @@ func TestWSOps(t *testing.T) {
 
 // TestWSHeartbeat configures a short heartbeat: a client that answers the server's pings
 // stays connected well past the idle timeout; one that never reads (so never answers) is
-// closed.
+// closed. The idle timeout is 20 heartbeats, so that the answering client may be held
+// off the CPU for most of a second (a busy machine under -race) before a late pong closes
+// it: with a timeout of 4 heartbeats, a stall of 150 ms would.
 func TestWSHeartbeat(t *testing.T) {
+	const heartbeat, idle = 50 * time.Millisecond, time.Second
 	n := start(t, func(c *server.Config) {
-		c.Gateway.HeartbeatInterval = 50 * time.Millisecond
-		c.Gateway.IdleTimeout = 200 * time.Millisecond
+		c.Gateway.HeartbeatInterval = heartbeat
+		c.Gateway.IdleTimeout = idle
 	})
 	alice, bob := n.user(t, "alice"), n.user(t, "bob")
 
@@ -238,7 +241,7 @@ func TestWSHeartbeat(t *testing.T) {
 		return conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(deadline))
 	})
 	ws := newWSClient(t, conn)
-	for i := range 10 { // 10 pings: 500 ms, more than twice the idle timeout
+	for i := range int(2*idle/heartbeat) + 1 { // pings for more than twice the idle timeout
 		select {
 		case <-pings:
 		case <-ws.done:

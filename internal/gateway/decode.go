@@ -292,6 +292,8 @@ func decodeSend(b body) (protocol.SendRequest, error) {
 		return req, invalidf("client_msg_id must be 1-64 characters of [A-Za-z0-9_-]")
 	case req.ContentType < 1:
 		return req, invalidf("content_type must be an integer of 1 or more")
+	case req.ContentType > protocol.MaxContentType:
+		return req, invalidf("content_type must be at most %d (2^31-1)", protocol.MaxContentType)
 	case len(req.Content) == 0 || string(req.Content) == "null":
 		return req, invalidf("content is required")
 	}
@@ -341,7 +343,8 @@ func sendFromMembers(b body) (req protocol.SendRequest, ok bool) {
 			bit = 8
 			switch m.kind {
 			case '{', '[', '"', '0', 't', 'f':
-				req.Content, ok = bytes.Clone(m.value), m.value != nil
+				// A NUL is refused by checkMembers, which the full decode applies.
+				req.Content, ok = bytes.Clone(m.value), m.value != nil && !holdsNUL(m.value)
 			default:
 				ok = false
 			}

@@ -70,14 +70,26 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// errorMessage is the human-readable reason sent for err: its text, except for 500, whose
-// details stay in the log.
+// Reasons sent in place of an error's own text, whose detail stays in the log.
+const (
+	reasonInternal    = "internal error"
+	reasonCancelled   = "request cancelled, retry"
+	reasonUnavailable = "not persisted, retry: store unavailable"
+)
+
+// errorMessage is the human-readable reason sent for err, whose code statusOf gave: its
+// text, except where that text may come from below the domain. A 500 is a bug; a 503 other
+// than the gateway's own draining is a store failure, whose text is the driver's (an SQL
+// error, a table, a file path). Both get a fixed reason: chat logs the store's detail, and
+// writeError the 500's.
 func errorMessage(err error, code int) string {
-	if code == http.StatusInternalServerError {
-		return "internal error"
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return "request cancelled, retry"
+	switch {
+	case code == http.StatusInternalServerError:
+		return reasonInternal
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return reasonCancelled
+	case code == http.StatusServiceUnavailable && !errors.Is(err, errDraining):
+		return reasonUnavailable
 	}
 	return err.Error()
 }

@@ -48,6 +48,13 @@ func TestErrorMessage(t *testing.T) {
 	if got := errorMessage(errors.New("secret path /var/x"), http.StatusInternalServerError); got != "internal error" {
 		t.Fatalf("500 leaks its cause: %q", got)
 	}
+	store := fmt.Errorf("%w: send: postgres: insert message: ERROR: relation \"messages\" does not exist (SQLSTATE 42P01)", chat.ErrUnavailable)
+	if got := errorMessage(store, statusOf(store)); got != reasonUnavailable {
+		t.Fatalf("a store failure's 503 says %q, want %q", got, reasonUnavailable)
+	}
+	if got := errorMessage(errDraining, statusOf(errDraining)); got != errDraining.Error() {
+		t.Fatalf("draining says %q, want its own reason %q", got, errDraining.Error())
+	}
 	err := fmt.Errorf("%w: not a member", chat.ErrForbidden)
 	if got := errorMessage(err, 403); got != "forbidden: not a member" {
 		t.Fatalf("got %q", got)

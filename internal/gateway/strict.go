@@ -158,8 +158,8 @@ func (w *strictWalk) verdict(data []byte, t reflect.Type, err error) error {
 }
 
 // checkMembers applies the rules of struct type t to the members a walk met, in order: no
-// key that differs from a field's name only in case, and the fields' integers within
-// ±(2^53-1).
+// key that differs from a field's name only in case, the fields' integers within
+// ±(2^53-1), and no NUL character in any string or key of a field's value.
 func checkMembers(members []member, t reflect.Type) error {
 	for _, m := range members {
 		field, err := knownField(t, m.name)
@@ -168,6 +168,9 @@ func checkMembers(members []member, t reflect.Type) error {
 		}
 		if m.kind == '0' && m.value != nil && field.Type != nil && !safeInteger(m.value) {
 			return invalidf("field %q is beyond 2^53-1 (%d), the largest integer every JSON client holds exactly", field.Name, protocol.MaxSafeInteger)
+		}
+		if field.Type != nil && holdsNUL(m.value) {
+			return invalidf("field %q holds a NUL character (\\u0000), which no string may hold", field.Name)
 		}
 	}
 	return nil
@@ -284,6 +287,28 @@ func isList(t reflect.Type) bool {
 func safeInteger(v jsontext.Value) bool {
 	f, err := strconv.ParseFloat(string(v), 64)
 	return err == nil && math.Abs(f) <= protocol.MaxSafeInteger
+}
+
+// holdsNUL reports whether the JSON value v, which the walk has read whole, has a NUL
+// character in a string or a key. The only way one gets there is the escape \u0000 (a raw
+// NUL byte is no JSON); it decodes to a byte that PostgreSQL's text refuses and the
+// embedded engines keep, and that C clients take for the end of the string. An escape is a
+// NUL unless its backslash is itself escaped, that is preceded by an odd run of them.
+func holdsNUL(v []byte) bool {
+	for {
+		i := bytes.Index(v, []byte(`\u0000`))
+		if i < 0 {
+			return false
+		}
+		run := 0
+		for j := i - 1; j >= 0 && v[j] == '\\'; j-- {
+			run++
+		}
+		if run%2 == 0 {
+			return true
+		}
+		v = v[i+1:]
+	}
 }
 
 // describeDuplicate words a duplicate key found at ptr.

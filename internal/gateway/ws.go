@@ -839,7 +839,7 @@ func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last 
 			continue
 		}
 		*buf = appendSyncEventPush((*buf)[:0], &evs[i])
-		if !c.subscribed(sub) || !c.pushFrame(*buf) {
+		if !c.subscribed(sub) || !c.authorized() || !c.pushFrame(*buf) {
 			_ = c.flush()
 			return false
 		}
@@ -855,7 +855,9 @@ func (c *wsConn) pushPage(sub *hub.Subscription, evs []protocol.SyncEvent, last 
 
 // subscribed reports whether the hub still serves sub; when it ended it (a revoke, an
 // overflow, shutdown) the connection closes. A long catch-up checks it between pushes, so
-// that a revoke takes effect at once rather than after the catch-up.
+// that a revoke takes effect at once rather than after the catch-up; it checks the token
+// too (authorized), so that a token that expired meanwhile by the service's clock does,
+// whether or not the client sends a frame or the connection's timer has come round.
 func (c *wsConn) subscribed(sub *hub.Subscription) bool {
 	if err := sub.Err(); err != nil {
 		c.subscriptionEnded(err)
