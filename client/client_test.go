@@ -99,7 +99,7 @@ func TestAdminCreateUser(t *testing.T) {
 			status = http.StatusOK
 		}
 		existing[req.UserID] = true
-		writeJSON(w, status, protocol.User{UserID: req.UserID, Name: req.Name})
+		writeJSON(w, status, protocol.User(req))
 	}))
 	defer srv.Close()
 	a := NewAdmin(srv.URL+"/", "secret", nil)

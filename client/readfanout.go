@@ -172,8 +172,7 @@ func (r *readConvs) schedulePullLocked(id string, rc *readConv, d time.Duration)
 		r.signal()
 		return
 	}
-	var stop func() bool
-	stop = r.after(d, func() {
+	stop := r.after(d, func() {
 		r.mu.Lock()
 		if cur := r.convs[id]; cur == rc && rc.stopPull != nil {
 			rc.stopPull, rc.due = nil, true

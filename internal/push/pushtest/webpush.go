@@ -248,16 +248,16 @@ func (f *WebPush) check(r *http.Request, body []byte, sub *webPushSub) (WebPushM
 	}
 	ttl, err := strconv.Atoi(r.Header.Get("TTL"))
 	if err != nil || ttl < 0 {
-		return m, http.StatusBadRequest, fmt.Errorf("TTL header %q: want a non-negative integer", r.Header.Get("TTL"))
+		return m, http.StatusBadRequest, fmt.Errorf("ttl header %q: want a non-negative integer", r.Header.Get("TTL"))
 	}
 	m.TTL = ttl
 	switch m.Urgency {
 	case "", "very-low", "low", "normal", "high":
 	default:
-		return m, http.StatusBadRequest, fmt.Errorf("Urgency %q", m.Urgency)
+		return m, http.StatusBadRequest, fmt.Errorf("urgency header %q: want very-low, low, normal or high", m.Urgency)
 	}
 	if !validTopic(m.Topic) {
-		return m, http.StatusBadRequest, fmt.Errorf("Topic %q: want at most 32 base64url characters", m.Topic)
+		return m, http.StatusBadRequest, fmt.Errorf("topic header %q: want at most 32 base64url characters", m.Topic)
 	}
 	f.mu.Lock()
 	want := f.vapidKey
@@ -350,7 +350,7 @@ func checkVAPID(h, origin string, now time.Time) (k, sub string, status int, err
 	case exp.After(now.Add(24 * time.Hour)):
 		return "", "", http.StatusUnauthorized, fmt.Errorf("vapid exp %v more than 24 hours away", exp)
 	case !strings.HasPrefix(claims.Sub, "mailto:") && !strings.HasPrefix(claims.Sub, "https:"):
-		return "", "", http.StatusUnauthorized, fmt.Errorf("vapid sub %q: want mailto: or https:", claims.Sub)
+		return "", "", http.StatusUnauthorized, fmt.Errorf("vapid sub %q: want a mailto: or https: subject", claims.Sub)
 	}
 	return k, claims.Sub, 0, nil
 }
