@@ -45,4 +45,7 @@
 //		return err
 //	}
 //	ack, err := c.Send(ctx, conv.ConvID, client.ContentText, "hello", nil)
+//
+// The SDK, like the server, is licensed under the Apache License, Version 2.0 (the LICENSE
+// file at the repository's root; SPDX identifier Apache-2.0).
 package client

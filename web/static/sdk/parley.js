@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parley reference JavaScript SDK.
 //
 // Import this module (it re-exports ./state.js); there are no other dependencies. It runs in

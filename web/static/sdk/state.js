@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parley reference JavaScript SDK: the model (imported by parley.js, which re-exports it).
 //
 // ChatState and the helpers here are pure and synchronous: no network, no timers, no storage.
