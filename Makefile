@@ -3,6 +3,7 @@
 
 build:
 	go build -o bin/parley ./cmd/parley
+	go build -o bin/parley-bench ./cmd/parley-bench
 
 run:
 	go run ./cmd/parley serve

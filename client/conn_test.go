@@ -8,7 +8,7 @@ import (
 )
 
 // Frames as a Parley server writes them for a direct message of the load tool's default size
-// (`parley bench direct`: 64 content bytes). Every sent message costs the sender one send
+// (`parley-bench direct`: 64 content bytes). Every sent message costs the sender one send
 // frame and one reply, and each of its online recipients (the sender's own device included)
 // one push: these benchmarks are the SDK's share of the load generator's CPU per message.
 const (

@@ -5,45 +5,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
+
+	"github.com/parleychat/parley/internal/cliflag"
 )
 
-// envName is the environment variable that sets a flag: PARLEY_ plus the flag name in upper
-// case with dashes as underscores (--admin-secret is PARLEY_ADMIN_SECRET).
-func envName(flagName string) string {
-	return "PARLEY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// parseFlags parses args into fs, then fills every flag not given on the command line from
-// its environment variable: flags win over the environment, which wins over defaults.
+// parseFlags parses args into fs, then fills the flags not given from the environment.
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && !given[f.Name] && err == nil {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
-			}
-		}
-	})
-	return err
+	return cliflag.Parse(fs, args, getenv)
 }
 
-// newFlagSet returns a flag set whose usage lists the environment variable of every flag.
+// newFlagSet returns the flag set of `parley <name>`.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: parley %s [flags]\n\nflags (each also settable by its environment variable):\n", name)
-		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(stderr, "  --%s (%s)\n    \t%s (default %q)\n", f.Name, envName(f.Name), f.Usage, f.DefValue)
-		})
-	}
-	return fs
+	return cliflag.NewFlagSet("parley "+name, stderr)
 }
 
 // newLogger returns the structured logger asked for by --log-level and --log-format.

@@ -5,6 +5,8 @@
 //	parley token <user> <device>    mint a device token from the data directory
 //	parley version                  print the version
 //
+// The load tool is a command of its own, parley-bench, so that this binary is only the server.
+//
 // Every serve flag can also be set by an environment variable: --admin-secret is
 // PARLEY_ADMIN_SECRET, --addr is PARLEY_ADDR, and so on.
 package main
@@ -41,7 +43,6 @@ commands:
   serve                   run the server (parley serve --help for flags)
   user add <id> [--name]  create a user in the data directory
   token <user> <device>   mint a device token from the data directory
-  bench <scenario>        load-test a server and verify deliveries (parley bench --help)
   push test <user>        send a test notification to each of a user's devices, print the answers
   bus rotate-key          add a new cluster key for the bus's sealed messages (kept in the store)
   version                 print the version
@@ -62,7 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "token":
 		return tokenCmd(ctx, rest, getenv, stdout, stderr)
 	case "bench":
-		return benchCmd(ctx, rest, getenv, stdout, stderr)
+		return errors.New("the load tool is its own command: parley-bench (go run ./cmd/parley-bench --help)")
 	case "push":
 		return pushCmd(ctx, rest, getenv, stdout, stderr)
 	case "bus":

@@ -34,7 +34,7 @@ func roomScenario(scenario string) bool {
 const fdBudget = 19000
 
 // Config is one bench run. Sizes left at zero take the scenario's default (DefaultConfig);
-// the flags of `parley bench` map one to one onto its fields.
+// the flags of `parley-bench` map one to one onto its fields.
 type Config struct {
 	Scenario string
 

@@ -103,7 +103,7 @@ func EchoServer(ctx context.Context, addr string, stdout io.Writer) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "parley bench echo server listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "parley-bench echo server listening on http://%s\n", ln.Addr())
 	select {
 	case <-ctx.Done():
 	case err := <-done:

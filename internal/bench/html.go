@@ -16,7 +16,7 @@ import (
 // renderHTML renders the report as a page.
 func renderHTML(r *Report) string {
 	var b strings.Builder
-	title := fmt.Sprintf("parley bench %s — %s", r.Scenario, r.StartedAt.Format("2006-01-02 15:04:05 MST"))
+	title := fmt.Sprintf("parley-bench %s — %s", r.Scenario, r.StartedAt.Format("2006-01-02 15:04:05 MST"))
 	fmt.Fprintf(&b, `<!doctype html><html><head><meta charset="utf-8"><title>%s</title>
 <style>
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1000px}

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The coordinator (the `parley bench` process) and its workers talk in JSON lines: the
+// The coordinator (the `parley-bench` process) and its workers talk in JSON lines: the
 // coordinator writes commands to a worker's stdin, the worker answers on its stdout. An
 // in-process worker speaks the same protocol over pipes, so both paths run the same code.
 //

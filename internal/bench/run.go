@@ -1,4 +1,4 @@
-// Package bench is Parley's load tool: `parley bench <scenario>` creates users and
+// Package bench is Parley's load tool: `parley-bench <scenario>` creates users and
 // conversations through the admin API, drives a server with the Go SDK from one or several
 // processes, checks every delivery as it goes (see Verifier) and reports throughput, HDR
 // latency percentiles, errors by code, violations and the server's CPU and memory.

@@ -165,7 +165,7 @@ func New() *Metrics {
 }
 
 // SetBuildInfo publishes what this node runs as parley_build_info, so that whoever reads the
-// metrics (a dashboard, `parley bench --server`) can tell what it measured.
+// metrics (a dashboard, `parley-bench --server`) can tell what it measured.
 func (m *Metrics) SetBuildInfo(version, engine string) {
 	if m == nil {
 		return

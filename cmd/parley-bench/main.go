@@ -1,3 +1,13 @@
+// Command parley-bench is Parley's load tool: it starts (or is pointed at) Parley servers,
+// drives them with scenarios of real WebSocket and HTTP clients, verifies every delivery,
+// cursor and read position, and reports throughput and latency against a bare echo baseline.
+//
+// It is a command of its own so that the server binary links none of the load code, charts
+// or histograms: it drives the parley binary given by --parley, or one it builds from the
+// checkout it runs in.
+//
+//	parley-bench <scenario> [flags]
+//	parley-bench --help
 package main
 
 import (
@@ -7,23 +17,45 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/parleychat/parley/internal/bench"
+	"github.com/parleychat/parley/internal/cliflag"
 )
 
-// benchWorker is the hidden scenario name under which `parley bench` re-executes itself as
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := benchCmd(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp): // --help was asked for and printed
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "parley-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// parleyPkg is the server command built when --parley is not given.
+const parleyPkg = "github.com/parleychat/parley/cmd/parley"
+
+// benchWorker is the hidden scenario name under which parley-bench re-executes itself as
 // a load worker (--procs > 1): it reads its job on stdin and answers on stdout.
 const benchWorker = "_worker"
 
-// benchEcho is the hidden scenario name under which `parley bench echo` (and --baseline)
+// benchEcho is the hidden scenario name under which `parley-bench echo` (and --baseline)
 // starts the WebSocket echo server it measures, as a child process like `parley serve`.
 const benchEcho = "_echo-server"
 
-const benchUsage = `usage: parley bench <scenario> [flags]
+const benchUsage = `usage: parley-bench <scenario> [flags]
 
 scenarios:
   direct      pairs of users in direct conversations; closed loop, or open loop with --rate
@@ -47,8 +79,9 @@ scenarios:
               server that copies every frame to every WebSocket (no Parley)
 
 Without --server the bench starts its own 'parley serve' (rate limits off) in a temporary
-directory and stops it at the end. Every run verifies deliveries, cursors and read positions;
-any violation makes the exit status 1. 'parley bench <scenario> --help' lists the flags with
+directory and stops it at the end: the parley binary given by --parley, or one it builds
+from the checkout it runs in ('go build ./cmd/parley', into a temporary directory). Every run verifies deliveries, cursors and read positions;
+any violation makes the exit status 1. 'parley-bench <scenario> --help' lists the flags with
 the scenario's defaults.
 
 Several nodes: --server URL1,URL2,... spreads the devices (each sender, receiver or
@@ -70,7 +103,7 @@ echo with the same senders, size, procs, duration and runs, and reports the rati
 broadcast's --baseline runs broadcast-naive and reports the ratio of deliveries/s.
 `
 
-// benchCmd is `parley bench <scenario> [flags]`.
+// benchCmd is `parley-bench <scenario> [flags]`.
 func benchCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, benchUsage)
@@ -85,7 +118,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return bench.Work(context.WithoutCancel(ctx), os.Stdin, stdout, nil)
 	}
 	if args[0] == benchEcho {
-		fs := newFlagSet("bench "+benchEcho, stderr)
+		fs := cliflag.NewFlagSet("parley-bench "+benchEcho, stderr)
 		addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -97,7 +130,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprint(stderr, benchUsage)
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
-	cfg, err := parseBench(scenario, args[1:], getenv, stderr)
+	cfg, parley, err := parseBench(scenario, args[1:], getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -105,10 +138,24 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return fmt.Errorf("find own binary: %w", err)
 	}
+	var serverArgv []string
+	if needsServer(scenario, cfg) {
+		if parley == "" {
+			dir, err := os.MkdirTemp("", "parley-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			if parley, err = buildParley(ctx, dir, stderr); err != nil {
+				return err
+			}
+		}
+		serverArgv = []string{parley, "serve"}
+	}
 	opts := bench.Options{
-		ServerArgv: []string{exe, "serve"},
-		WorkerArgv: []string{exe, "bench", benchWorker},
-		EchoArgv:   []string{exe, "bench", benchEcho},
+		ServerArgv: serverArgv,
+		WorkerArgv: []string{exe, benchWorker},
+		EchoArgv:   []string{exe, benchEcho},
 		Stdout:     stdout,
 		Stderr:     stderr,
 		Terminal:   isTerminal(stderr),
@@ -129,14 +176,35 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	return err
 }
 
-// parseBench turns the flags into a bench.Config whose defaults are the scenario's.
-func parseBench(scenario string, args []string, getenv func(string) string, stderr io.Writer) (bench.Config, error) {
+// needsServer reports whether the run starts parley servers: every scenario but the bare
+// baselines, unless it is pointed at running ones with --server.
+func needsServer(scenario string, c bench.Config) bool {
+	return scenario != "echo" && scenario != "broadcast-naive" && c.Server == ""
+}
+
+// buildParley builds the server from the checkout the bench runs in, into dir, so that a
+// bench run measures the code beside it without a separate build step.
+func buildParley(ctx context.Context, dir string, stderr io.Writer) (string, error) {
+	out := filepath.Join(dir, "parley")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, parleyPkg)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build %s (run inside the checkout, or give --parley PATH): %w", parleyPkg, err)
+	}
+	return out, nil
+}
+
+// parseBench turns the flags into a bench.Config whose defaults are the scenario's, and
+// returns --parley (empty: build the server from the checkout).
+func parseBench(scenario string, args []string, getenv func(string) string, stderr io.Writer) (bench.Config, string, error) {
 	c := bench.DefaultConfig(scenario)
-	fs := newFlagSet("bench "+scenario, stderr)
+	var parley string
+	fs := cliflag.NewFlagSet("parley-bench "+scenario, stderr)
 	// Each scenario gets the flags it uses, with its own defaults.
 	in := func(scenarios ...string) bool { return slices.Contains(scenarios, scenario) }
 	serverArgs := new(string)
 	if !in("echo", "broadcast-naive") {
+		fs.StringVar(&parley, "parley", "", "the parley server binary to start (default: build ./cmd/parley from this checkout)")
 		fs.StringVar(&c.Server, "server", "", "base URL of a running server, or several nodes as URL1,URL2,... over which the devices are spread at random (default: start one)")
 		fs.StringVar(&c.AdminSecret, "admin-secret", "", "admin secret of --server")
 		fs.StringVar(serverArgs, "server-args", "", "extra flags for the server the bench starts, space-separated (e.g. \"--relaxed-durability\")")
@@ -238,11 +306,11 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	fs.StringVar(&c.JSONPath, "json", "", "write every figure to this JSON file")
 	fs.StringVar(&c.ReportPath, "report", "", "write an HTML report with charts to this file")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the bench process's own CPU profile (pprof) to this file; with --procs 1 it holds the load generator")
-	if err := parseFlags(fs, args, getenv); err != nil {
-		return c, err
+	if err := cliflag.Parse(fs, args, getenv); err != nil {
+		return c, "", err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return c, "", fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -250,7 +318,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		c.Duration = 0 // run until the messages are acked
 	}
 	c.ServerArgs = strings.Fields(*serverArgs)
-	return c, c.Validate()
+	return c, parley, c.Validate()
 }
 
 // isTerminal reports whether w is a terminal (a character device), for the progress line.
