@@ -265,7 +265,12 @@ func TestServeInvalidConfig(t *testing.T) {
 		{"push service host with a path", []string{"--webpush-hosts", "push.example.com/x"}, nil, "--webpush-hosts"},
 		{"zero push devices", []string{"--push-max-devices", "0"}, nil, "max push devices"},
 		{"apns without a topic", []string{"--apns-key-file", "k.p8", "--apns-key-id", "ABC123DEFG", "--apns-team-id", "DEF456GHIJ"}, nil, "--apns-topic"},
-		{"negative batch size", []string{"--store", "postgres", "--postgres-url", "postgres://127.0.0.1:1/x", "--postgres-max-batch", "-1"}, nil, "must not be negative"},
+		{"negative batch size", []string{"--store", "postgres", "--postgres-url", "postgres://127.0.0.1:1/x", "--postgres-max-batch", "-1"}, nil, "--postgres-max-batch (PARLEY_POSTGRES_MAX_BATCH) must not be negative"},
+		{"postgres without a url", []string{"--store", "postgres"}, nil, "--postgres-url (PARLEY_POSTGRES_URL) is required with --store postgres"},
+		{"url without postgres", []string{"--postgres-url", "postgres://127.0.0.1:1/x"}, nil, "--postgres-url (PARLEY_POSTGRES_URL) is only used with --store postgres"},
+		{"relaxed on postgres", []string{"--store", "postgres", "--postgres-url", "postgres://127.0.0.1:1/x", "--relaxed-durability"}, nil, "--relaxed-durability (PARLEY_RELAXED_DURABILITY) is for the embedded engines"},
+		{"bad push content", []string{"--push-content", "all"}, nil, "--push-content (PARLEY_PUSH_CONTENT) must be none or preview"},
+		{"negative push grace", []string{"--push-grace", "-1s"}, nil, "--push-grace (PARLEY_PUSH_GRACE) must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -274,6 +279,11 @@ func TestServeInvalidConfig(t *testing.T) {
 			_, stderr, err := runCmd(t, env(tc.env), args...)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("serve %q: error %v, want one containing %q\nstderr: %s", tc.args, err, tc.wantErr, stderr)
+			}
+			for field := range configFlags { // the operator sees flags, not Go field names
+				if strings.Contains(err.Error(), field+" ") {
+					t.Errorf("serve %q: error %q names the config field %s instead of its flag", tc.args, err, field)
+				}
 			}
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("invalid configuration touched the data directory (stat: %v)", err)

@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/parleychat/parley/internal/chat"
+	"github.com/parleychat/parley/internal/cliflag"
 	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store"
@@ -40,7 +42,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this loopback address")
 	fs.BoolVar(&c.DebugPublic, "debug-addr-public", false, "allow a non-loopback --debug-addr (pprof exposes memory contents: only behind a firewall)")
 	fs.StringVar(&n.Data, "data", n.Data, "data directory of the embedded store (created if missing)")
-	fs.StringVar(&n.AdminSecret, "admin-secret", "", fmt.Sprintf("operator bearer secret, at least %d bytes; generated into the data directory when empty", minAdminSecret))
+	fs.StringVar(&n.AdminSecret, "admin-secret", "", fmt.Sprintf("operator bearer secret, at least %d bytes; generated into the data directory when empty", server.MinAdminSecret))
 	fs.IntVar(&n.Gateway.LongPollsPerUser, "longpolls-per-user", n.Gateway.LongPollsPerUser, "long-polls one user may have waiting at once (one per device)")
 	fs.DurationVar(&n.Gateway.BodyTimeout, "body-timeout", n.Gateway.BodyTimeout, "time a client may take to send a request body (408 past it)")
 	fs.DurationVar(&n.Gateway.WriteTimeout, "write-timeout", n.Gateway.WriteTimeout, "time a client may take to read each 64 KiB of a response, or a WebSocket frame (disconnected past it)")
@@ -91,46 +93,76 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if n.Gateway.DevLogin && !loopbackAddr(c.Addr) {
 		return c, fmt.Errorf("--dev-login signs anyone in without a secret, so it needs a loopback --addr (127.0.0.1, [::1] or localhost), not %q", c.Addr)
 	}
-	return c, errors.Join(c.validate(), n.Chat.Validate(), n.Gateway.Validate(), n.Push.Validate())
+	return c, errors.Join(c.validate(), flagTerms(n.Validate()))
 }
 
-// minAdminSecret is the shortest --admin-secret accepted, in bytes: the secret is the whole
-// of the operator's authentication, so it must not be guessable by trying (the generated
-// one is 32 random bytes, as 64 hex digits).
-const minAdminSecret = 32
-
-// validate checks the flags that only serve has: the admin secret's length, the bus's
-// credential and TLS files (read here, so that a wrong one stops the node before it opens
-// anything) and a private debug address.
+// validate checks what only serve has (the node's own settings are server.Config.Validate's):
+// the bus's credential and TLS files are read there, so that a wrong one stops the node
+// before it opens anything, and here a private debug address.
 func (c serveConfig) validate() error {
-	var errs []error
-	if s := c.Node.AdminSecret; s != "" && len(s) < minAdminSecret {
-		errs = append(errs, fmt.Errorf("--admin-secret (PARLEY_ADMIN_SECRET) is %d bytes long, it must be at least %d: "+
-			"use a random one (openssl rand -hex 32) or leave it unset to have one generated", len(s), minAdminSecret))
-	}
-	switch n := c.Node; {
-	case n.Engine == "postgres" && n.PostgresURL == "":
-		errs = append(errs, errors.New("--store postgres needs --postgres-url (PARLEY_POSTGRES_URL)"))
-	case n.Engine != "postgres" && n.PostgresURL != "":
-		errs = append(errs, errors.New("--postgres-url is only used with --store postgres"))
-	case n.Engine != "postgres" && (n.PostgresMaxBatch != 0 || n.PostgresBatchWait != 0):
-		errs = append(errs, errors.New("--postgres-max-batch and --postgres-batch-wait are only used with --store postgres"))
-	case n.PostgresMaxBatch < 0:
-		errs = append(errs, errors.New("--postgres-max-batch must not be negative"))
-	case n.Engine == "postgres" && n.Relaxed:
-		errs = append(errs, errors.New("--relaxed-durability is for the embedded engines; on PostgreSQL set synchronous_commit in the server or the URL"))
-	}
-	switch n := c.Node; {
-	case n.BusURL == "" && !n.BusAuth.IsZero():
-		errs = append(errs, errors.New("--bus-creds, --bus-nkey and --bus-tls-* are only used with --bus"))
-	case n.BusURL != "":
-		errs = append(errs, n.BusAuth.Validate())
-	}
 	if c.DebugAddr != "" && !loopbackAddr(c.DebugAddr) && !c.DebugPublic {
-		errs = append(errs, fmt.Errorf("--debug-addr %q is not a loopback address: pprof exposes the process's memory "+
-			"contents (tokens, messages), so it is refused unless --debug-addr-public is also given", c.DebugAddr))
+		return fmt.Errorf("--debug-addr %q is not a loopback address: pprof exposes the process's memory "+
+			"contents (tokens, messages), so it is refused unless --debug-addr-public is also given", c.DebugAddr)
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// configFlags names the flag of each server.Config field that Validate can name, so that
+// its errors reach the operator in the words of the command line.
+var configFlags = map[string]string{
+	"AdminSecret":         "admin-secret",
+	"Engine":              "store",
+	"PostgresURL":         "postgres-url",
+	"PostgresMaxBatch":    "postgres-max-batch",
+	"PostgresBatchWait":   "postgres-batch-wait",
+	"Relaxed":             "relaxed-durability",
+	"BusURL":              "bus",
+	"BusAuth":             "bus-creds, --bus-nkey or --bus-tls-*",
+	"Push.Content":        "push-content",
+	"Push.APNsKeyFile":    "apns-key-file",
+	"Push.APNsKeyID":      "apns-key-id",
+	"Push.APNsTeamID":     "apns-team-id",
+	"Push.APNsTopic":      "apns-topic",
+	"Push.WebPushHosts":   "webpush-hosts",
+	"Push.WebPushSubject": "webpush-subject",
+	"Push.Grace":          "push-grace",
+}
+
+// configTerm matches a field name in a server.FieldError's text.
+var configTerm = regexp.MustCompile(`\b(Push\.)?[A-Z][A-Za-z]+\b`)
+
+// flagTerms rewords the server.FieldErrors in err with flag names: "PostgresURL is required
+// with Engine postgres" becomes "--postgres-url (PARLEY_POSTGRES_URL) is required with
+// --store postgres". Other errors pass unchanged.
+func flagTerms(err error) error {
+	if err == nil {
+		return nil
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var errs []error
+		for _, e := range joined.Unwrap() {
+			errs = append(errs, flagTerms(e))
+		}
+		return errors.Join(errs...)
+	}
+	var fe *server.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	subject := fe.Field
+	if f, ok := configFlags[fe.Field]; ok {
+		subject = "--" + f
+		if !strings.Contains(f, " ") {
+			subject += " (" + cliflag.EnvName(f) + ")"
+		}
+	}
+	msg := configTerm.ReplaceAllStringFunc(fe.Msg, func(term string) string {
+		if f, ok := configFlags[term]; ok {
+			return "--" + f
+		}
+		return term
+	})
+	return errors.New(subject + " " + msg)
 }
 
 // serve runs the server until ctx ends (SIGTERM, SIGINT), then drains it.
@@ -154,7 +186,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	cfg.Node.Version = version
 	srv, err := server.New(ctx, cfg.Node)
 	if err != nil {
-		return err
+		return flagTerms(err)
 	}
 	if srv.SecretCreated {
 		fmt.Fprintf(stdout, "generated admin secret (kept in %s): %s\n", cfg.Node.Data, srv.AdminSecret)

@@ -135,7 +135,7 @@ func TestAttackComputeDirectID(t *testing.T) {
 // restartConfig is the configuration to start a node again on n's data directory.
 func restartConfig(n *node) server.Config {
 	cfg := server.DefaultConfig(n.Dir)
-	cfg.AdminSecret = "test-admin-secret"
+	cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 	cfg.Engine, cfg.PostgresURL = n.Config.Engine, n.Config.PostgresURL
 	return cfg
 }

@@ -48,7 +48,7 @@ func startBusCluster(t *testing.T, configure ...func(*server.Config)) *busCluste
 	for i := range nodes {
 		cfg := server.DefaultConfig(t.TempDir())
 		cfg.Engine, cfg.PostgresURL = "postgres", url
-		cfg.AdminSecret = "test-admin-secret"
+		cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Bus = bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: c.prefix, NoEcho: true})
 		for _, f := range configure {

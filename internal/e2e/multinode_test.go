@@ -52,7 +52,7 @@ func startNodes(t *testing.T, count int, newBus busMaker, configure ...func(*ser
 	nodes := make([]*node, count)
 	for i := range nodes {
 		cfg := server.DefaultConfig(dir)
-		cfg.AdminSecret = "test-admin-secret"
+		cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Store, cfg.Bus = st, newBus(t)
 		for _, f := range configure {

@@ -42,7 +42,7 @@ func BenchmarkPushFanoutNode(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg.AdminSecret = "test-admin-secret"
+		cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 		cfg.Gateway.SendRate, cfg.Gateway.FanoutRate, cfg.Gateway.RequestRate = 0, 0, 0
 		withFCM(f)(&cfg)
 		n := &node{parleytest.StartWith(b, cfg)}

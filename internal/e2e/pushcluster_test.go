@@ -30,7 +30,7 @@ func TestPushCluster(t *testing.T) {
 	for i := range nodes {
 		cfg := server.DefaultConfig(t.TempDir())
 		cfg.Engine, cfg.PostgresURL = "postgres", url
-		cfg.AdminSecret = "test-admin-secret"
+		cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Bus = bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix, NoEcho: true})
 		withFCM(f)(&cfg)

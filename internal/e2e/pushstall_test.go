@@ -101,7 +101,7 @@ func (s *stall) stillHeld(tb testing.TB) {
 
 func stallConfig(tb testing.TB) server.Config {
 	cfg := server.DefaultConfig(tb.TempDir())
-	cfg.AdminSecret = "test-admin-secret"
+	cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 	withLoopbackWebPush(&cfg)
 	return cfg
 }

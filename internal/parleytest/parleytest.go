@@ -45,11 +45,11 @@ type Server struct {
 
 // Start runs a node on a fresh data directory (or database schema: see EnvStore) and stops
 // it when the test ends. configure,
-// if given, may change the configuration first. The admin secret is "test-admin-secret".
+// if given, may change the configuration first. The admin secret is "test-admin-secret-0123456789abcdef" (Validate wants 32 bytes).
 func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 	tb.Helper()
 	cfg := server.DefaultConfig(tb.TempDir())
-	cfg.AdminSecret = "test-admin-secret"
+	cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv(EnvStore) == "postgres" {
 		cfg.Engine, cfg.PostgresURL = "postgres", pgtest.SchemaURL(tb, cfg.Data)

@@ -22,7 +22,7 @@ func TestNewRefusesBusAuthWithoutURL(t *testing.T) {
 		s.Close()
 		t.Fatal("New started a node with bus credentials and no bus URL")
 	}
-	if !strings.Contains(err.Error(), "without a bus URL") {
+	if !strings.Contains(err.Error(), "only used with BusURL") {
 		t.Errorf("New = %v, want it to name the missing bus URL", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

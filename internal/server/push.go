@@ -48,23 +48,26 @@ func DefaultPushConfig() PushConfig {
 	}
 }
 
-// Validate reports settings that cannot work.
+// Validate reports settings that cannot work, as *FieldError naming Push's fields.
 func (c PushConfig) Validate() error {
 	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: "Push." + field, Msg: fmt.Sprintf(format, args...)})
+	}
 	if c.Content != "none" && c.Content != "preview" {
-		errs = append(errs, fmt.Errorf("--push-content must be none or preview, not %q", c.Content))
+		bad("Content", "must be none or preview, not %q", c.Content)
 	}
 	if c.APNsKeyFile != "" && (c.APNsKeyID == "" || c.APNsTeamID == "" || c.APNsTopic == "") {
-		errs = append(errs, errors.New("--apns-key-file needs --apns-key-id, --apns-team-id and --apns-topic"))
+		bad("APNsKeyFile", "needs Push.APNsKeyID, Push.APNsTeamID and Push.APNsTopic")
 	}
 	if err := webpush.CheckHosts(c.WebPushHosts); c.WebPush && err != nil {
-		errs = append(errs, fmt.Errorf("--webpush-hosts: %w", err))
+		bad("WebPushHosts", "%v", err)
 	}
 	if c.WebPush && !strings.HasPrefix(c.WebPushSubject, "mailto:") && !strings.HasPrefix(c.WebPushSubject, "https://") {
-		errs = append(errs, fmt.Errorf("--webpush-subject must be a mailto: or https: URL, not %q", c.WebPushSubject))
+		bad("WebPushSubject", "must be a mailto: or https: URL, not %q", c.WebPushSubject)
 	}
 	if c.Grace < 0 {
-		errs = append(errs, errors.New("--push-grace must not be negative"))
+		bad("Grace", "must not be negative")
 	}
 	return errors.Join(errs...)
 }

@@ -36,52 +36,6 @@ import (
 // on a Pebble directory) holds the data directory.
 var ErrDataInUse = errors.New("in use by another parley process")
 
-// Config is a node's configuration.
-type Config struct {
-	Data        string // data directory of the embedded store; required
-	Engine      string // "pebble" or "sqlite" (embedded), or "postgres"; "" means the data directory's own, else DefaultEngine
-	PostgresURL string // the database of Engine "postgres", shared by every node
-	// PostgresMaxBatch and PostgresBatchWait tune the PostgreSQL appender's group commit
-	// (postgres.Options.MaxBatch and BatchWait); zero keeps the defaults.
-	PostgresMaxBatch  int
-	PostgresBatchWait time.Duration
-	Version           string // the binary's version, published in parley_build_info; "" reads "dev"
-	Relaxed           bool   // fsync less: see sqlite.Options.Relaxed and pebble.Options.Relaxed
-	AdminSecret       string // empty: generated once into Data/admin.secret
-	Chat              chat.Config
-	Gateway           gateway.Config
-	Logger            *slog.Logger // default slog.Default()
-	Now               func() time.Time
-	// BusURL links the node to the other nodes on the same store: "" is a single node,
-	// "nats://host:port" (a comma-separated list is allowed) the NATS server(s) they share.
-	// The node fails to start if none answers.
-	BusURL string
-	// BusAuth is how the node authenticates to the NATS server(s) of BusURL and checks
-	// them (credential files, TLS; docs/deployment.md, "Securing the bus"). It needs
-	// BusURL.
-	BusAuth bus.NATSAuth
-	// Bus, if set, is an open bus used instead of BusURL; the caller closes it. Tests run
-	// several nodes in one process on one bus.Memory.
-	Bus bus.Bus
-	// BusNoSeal turns off the sealing of bus messages with the cluster key (bus.Seal), which
-	// is on by default, either bus: only to measure its cost or on a trusted network.
-	BusNoSeal bool
-	// BusKeyReload is how often a sealing node reads the cluster keys again, to seal with a
-	// key added by a rotation and stop accepting a retired one (30 s if zero).
-	BusKeyReload time.Duration
-	// Push configures offline push (push.go).
-	Push PushConfig
-	// Store, if set, is an open store used instead of the embedded one in Data; the caller
-	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
-	// which nodes sharing a store must share, and is not locked, so that they may share it.
-	Store store.Store
-}
-
-// DefaultConfig returns the defaults for a node storing in dataDir.
-func DefaultConfig(dataDir string) Config {
-	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig(), Push: DefaultPushConfig()}
-}
-
 // Server is one assembled node.
 type Server struct {
 	Service     *chat.Service
@@ -105,11 +59,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := errors.Join(cfg.Chat.Validate(), cfg.Gateway.Validate()); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Bus == nil && cfg.BusURL == "" && !cfg.BusAuth.IsZero() {
-		return nil, errors.New("bus credentials or TLS settings given without a bus URL (--bus)")
 	}
 	m := metrics.New()
 	m.SetBuildInfo(cmp.Or(cfg.Version, "dev"), EngineOf(cfg))
@@ -206,8 +157,8 @@ func Shared(cfg Config) bool { return cfg.Engine == "postgres" }
 // secret) by name, creating each on first use: files in the data directory of an embedded
 // store; rows of the shared database otherwise, so that every node has the same ones.
 func Secrets(ctx context.Context, cfg Config, st store.Store) func(name string) (string, bool, error) {
-	if pg, ok := st.(*postgres.Store); ok {
-		return func(name string) (string, bool, error) { return pg.Secret(ctx, name, auth.NewSecret) }
+	if keeper, ok := st.(store.SecretKeeper); ok {
+		return func(name string) (string, bool, error) { return keeper.Secret(ctx, name, auth.NewSecret) }
 	}
 	return func(name string) (string, bool, error) { return auth.LoadOrCreateSecret(cfg.Data, name) }
 }
@@ -271,7 +222,7 @@ func openBus(url string, auth bus.NATSAuth, onLost func()) (*bus.NATS, error) {
 func OpenStore(ctx context.Context, cfg Config, onCommit func(int, time.Duration)) (store.Store, error) {
 	if Shared(cfg) {
 		if cfg.PostgresURL == "" {
-			return nil, errors.New("--store postgres needs --postgres-url (PARLEY_POSTGRES_URL)")
+			return nil, &FieldError{Field: "PostgresURL", Msg: "is required with Engine postgres"}
 		}
 		return postgres.Open(ctx, postgres.Options{URL: cfg.PostgresURL, MaxBatch: cfg.PostgresMaxBatch, BatchWait: cfg.PostgresBatchWait})
 	}

@@ -44,7 +44,7 @@ type node struct {
 func startNode(t *testing.T, configure ...func(*server.Config)) *node {
 	t.Helper()
 	cfg := server.DefaultConfig(t.TempDir())
-	cfg.AdminSecret = "test-admin-secret"
+	cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Gateway.DevLogin = true
 	for _, f := range configure {

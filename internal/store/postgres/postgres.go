@@ -103,6 +103,7 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
+var _ store.SecretKeeper = (*Store)(nil) // the nodes sharing the database share their secrets through it
 
 // Open connects to the database, brings the schema up to date and starts the appender.
 // Close releases them. A URL that names no sslmode gets one (withTLSDefault): disable for
