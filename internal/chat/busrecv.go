@@ -2,7 +2,6 @@ package chat
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"time"
 
@@ -236,8 +235,9 @@ func (c *cluster) plausibleSeq(convID string, seq int64) bool {
 		return true
 	}
 	var maxSeq int64
-	err := c.s.view(context.Background(), "check a room message", func(tx store.ReadTx) error {
-		conv, err := loadConv(context.Background(), tx, convID)
+	ctx := c.s.bg.Context() // a bus delivery has no caller: the Service's lifetime bounds it
+	err := c.s.view(ctx, "check a room message", func(tx store.ReadTx) error {
+		conv, err := loadConv(ctx, tx, convID)
 		maxSeq = conv.MaxSeq
 		return err
 	})

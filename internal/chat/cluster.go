@@ -223,7 +223,7 @@ func (c *cluster) publish(subject string, m busMsg) {
 
 // send publishes data, an encoded busMsg, on subject, as publish does.
 func (c *cluster) send(subject string, data []byte) {
-	err := c.bus.Publish(context.Background(), subject, data)
+	err := c.bus.Publish(c.s.bg.Context(), subject, data)
 	if err == nil || errors.Is(err, bus.ErrClosed) {
 		return
 	}
@@ -424,7 +424,7 @@ func (c *cluster) onRevoke(data []byte) {
 		c.s.hub.KickBelow(m.User, g.(int64)) // known already, from the store: no read
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), revokeReadTimeout)
+	ctx, cancel := context.WithTimeout(c.s.bg.Context(), revokeReadTimeout)
 	defer cancel()
 	gen, err := c.s.storedGen(ctx, m.User)
 	if err != nil {

@@ -105,7 +105,7 @@ func (c *cluster) checkRoom(convID string) {
 	}
 	c.rmu.Unlock()
 	if due {
-		go c.verifyRoom(convID)
+		c.s.bg.Go(func(ctx context.Context) { c.verifyRoom(ctx, convID) })
 	}
 }
 
@@ -114,16 +114,16 @@ func (c *cluster) checkRoom(convID string) {
 const perMemberCheck = 32
 
 // verifyRoom unfollows convID's room here for the followers who are no longer members.
-func (c *cluster) verifyRoom(convID string) {
+func (c *cluster) verifyRoom(ctx context.Context, convID string) {
 	users := c.s.hub.RoomUsers(convID)
 	if len(users) == 0 {
 		return
 	}
 	var gone []string
-	err := c.s.view(context.Background(), "check room", func(tx store.ReadTx) error {
+	err := c.s.view(ctx, "check room", func(tx store.ReadTx) error {
 		gone = gone[:0]
 		if len(users) > perMemberCheck {
-			ms, err := tx.Members(context.Background(), convID)
+			ms, err := tx.Members(ctx, convID)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
@@ -139,7 +139,7 @@ func (c *cluster) verifyRoom(convID string) {
 			return nil
 		}
 		for _, u := range users {
-			if _, err := tx.Member(context.Background(), convID, u); errors.Is(err, store.ErrNotFound) {
+			if _, err := tx.Member(ctx, convID, u); errors.Is(err, store.ErrNotFound) {
 				gone = append(gone, u)
 			} else if err != nil {
 				return err

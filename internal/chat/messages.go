@@ -95,7 +95,8 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		// conversation's room (to the others: the mentioned have it from their log), and
 		// wakes the long-polls of its members, which read the conversation's new mark.
 		s.recent.add(res.Message, p.epoch)
-		go s.publishLive(m, payload, inLog) // the ack does not wait for the pushes (the room puts them in seq order)
+		// The ack does not wait for the pushes (the room puts them in seq order).
+		s.bg.Go(func(context.Context) { s.publishLive(m, payload, inLog) })
 	}
 	// After the events: the sender's read counts are pushed from here on, and its devices
 	// must have the message before any count of it.

@@ -99,19 +99,31 @@ func (b *positionBatch) add(s *Service, k memberKey, seq int64, p position) *pen
 	}
 	if !b.running {
 		b.running = true
-		go b.run(s)
+		if !s.bg.Go(func(ctx context.Context) { b.run(ctx, s) }) {
+			b.failAll(ErrClosed) // closed: no writer will come
+		}
 	}
 	return pp
 }
 
+// failAll answers every waiting update with err and empties the batch; b.mu is held.
+func (b *positionBatch) failAll(err error) {
+	for _, pp := range b.order {
+		pp.err = err
+		close(pp.done)
+	}
+	b.order, b.running = nil, false
+	clear(b.pending)
+}
+
 // run writes batches until none waits.
-func (b *positionBatch) run(s *Service) {
+func (b *positionBatch) run(ctx context.Context, s *Service) {
 	for first := true; ; first = false {
 		batch := b.take(!first)
 		if batch == nil {
 			return
 		}
-		s.commitPositions(batch)
+		s.commitPositions(ctx, batch)
 	}
 }
 
@@ -153,8 +165,10 @@ func (b *positionBatch) take(linger bool) []*pendingPosition {
 // max(old, min(asked, max_seq)), a "read" event to the reader's own log when the read
 // position moves (a read-fanout conversation is a group: nobody else is told). A member
 // who left meanwhile gets its own ErrNotFound; a store failure fails the whole batch.
-func (s *Service) commitPositions(batch []*pendingPosition) {
-	ctx := context.Background() // shared by callers with contexts of their own; each stops waiting on its own
+//
+// ctx is the Service's lifetime, not a caller's: the batch is shared by callers with
+// contexts of their own, and each stops waiting on its own.
+func (s *Service) commitPositions(ctx context.Context, batch []*pendingPosition) {
 	err := s.update(ctx, "position", func(tx store.Tx, ob *outbox) error {
 		convs := make(map[string]store.Conversation)
 		for _, pp := range batch {

@@ -127,15 +127,16 @@ func (s *Service) countsChanged(convID string) {
 	wait := c.last.Add(receiptsInterval).Sub(s.now())
 	r.mu.Unlock()
 	if wait > 0 {
-		s.afterFunc(wait, func() { s.pushReceipts(convID) })
+		s.afterFunc(wait, func() { s.bg.Do(func(ctx context.Context) { s.pushReceipts(ctx, convID) }) })
 		return
 	}
-	go s.pushReceipts(convID) // not on the caller's time: a send's ack, a batch of reads
+	// Not on the caller's time: a send's ack, a batch of reads.
+	s.bg.Go(func(ctx context.Context) { s.pushReceipts(ctx, convID) })
 }
 
 // pushReceipts pushes to each sender of convID the counts of their messages that changed
 // since the last push.
-func (s *Service) pushReceipts(convID string) {
+func (s *Service) pushReceipts(ctx context.Context, convID string) {
 	r := s.receipts.shard(convID)
 	r.mu.Lock()
 	c := r.convs[convID]
@@ -162,7 +163,7 @@ func (s *Service) pushReceipts(convID string) {
 	}
 	r.mu.Unlock()
 
-	counts, err := s.receiptCounts(context.Background(), convID, sent)
+	counts, err := s.receiptCounts(ctx, convID, sent)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		s.log.Warn("receipts push", "conv", convID, "err", err)
 	}

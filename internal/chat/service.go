@@ -7,6 +7,7 @@
 package chat
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/tasks"
 )
 
 // Config holds the chat rules an operator may tune.
@@ -90,6 +92,10 @@ type Service struct {
 
 	room func() error // see Options.Room; never nil
 
+	// bg owns the work the Service does off its callers' time (live pushes, receipts,
+	// position batches): its context is every such path's, and Close waits for it.
+	bg *tasks.Group
+
 	cluster *cluster // the other nodes, through Options.Bus; nil on a single node (cluster.go)
 	pusher  Pusher   // SetPusher's; nil: no offline push (push.go)
 
@@ -137,10 +143,12 @@ type Options struct {
 	Bus bus.Bus
 }
 
-// New returns a Service. It does not start background work; call RunRetention for that.
+// New returns a Service. It starts background work only as its calls need it (Close stops
+// it); RunRetention is the owner's to run.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		counts: newReadCounts(), recent: newRecentMessages(), positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc}
+		counts: newReadCounts(), recent: newRecentMessages(), positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc,
+		bg: tasks.New()}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
 	}
@@ -174,6 +182,14 @@ func New(o Options) *Service {
 	}
 	return s
 }
+
+// ErrClosed answers a call that needs the Service's background work after Close.
+var ErrClosed = errors.New("chat: service closed")
+
+// Close stops the Service's background work and waits for it, so that its owner may then
+// close the store and the bus. Calls after Close may fail with ErrClosed or a cancelled
+// context; the owner stops serving first.
+func (s *Service) Close() { s.bg.Close() }
 
 // Hub returns the hub the service publishes committed events to.
 func (s *Service) Hub() *hub.Hub { return s.hub }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/tasks"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -71,6 +72,10 @@ type Feed struct {
 	shards [feedShards]feedShard
 
 	loaded atomic.Bool // the registered users were read once: until then every user counts
+
+	// bg owns the reloads a bus message asks for (off the bus's delivery); Run's end
+	// closes it, so none reads the store after the node stops.
+	bg *tasks.Group
 }
 
 const feedShards = 32
@@ -146,7 +151,7 @@ func (m *feedMsg) valid() bool {
 
 // NewFeed subscribes to the feed of the other nodes on b.
 func NewFeed(b bus.Bus, p *Pusher, pres *Presence, log *slog.Logger) (*Feed, error) {
-	f := &Feed{b: b, p: p, pres: pres, log: log, seed: maphash.MakeSeed()}
+	f := &Feed{b: b, p: p, pres: pres, log: log, seed: maphash.MakeSeed(), bg: tasks.New()}
 	for i := range f.shards {
 		f.shards[i] = feedShard{wakes: make(map[string]int64), took: make(map[deviceKey]int64), sent: make(map[deviceKey]int64),
 			registered: make(map[string]struct{})}
@@ -164,6 +169,7 @@ func NewFeed(b bus.Bus, p *Pusher, pres *Presence, log *slog.Logger) (*Feed, err
 // start and every registeredEvery (on a goroutine of its own: reading many registrations
 // must not hold up the news), until ctx ends.
 func (f *Feed) Run(ctx context.Context) {
+	defer f.bg.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { f.keepRegistered(ctx) })
@@ -318,13 +324,13 @@ func (f *Feed) receive(data []byte) {
 		f.p.Notify(u, c)
 	}
 	if len(m.Reloads) > 0 {
-		go func() { // reading the store must not hold up the bus's delivery
+		f.bg.Go(func(ctx context.Context) { // reading the store must not hold up the bus's delivery
 			for _, u := range m.Reloads {
-				if err := f.p.Reload(context.Background(), u); err != nil {
+				if err := f.p.Reload(ctx, u); err != nil && ctx.Err() == nil {
 					f.log.Warn("push: reload targets", "user", u, "err", err)
 				}
 			}
-		}()
+		})
 	}
 }
 

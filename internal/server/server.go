@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
-	go s.Service.RunRetention(bg, time.Hour)
+	s.bg.Go(func() { s.Service.RunRetention(bg, time.Hour) })
 	s.bg.Go(func() {
 		if err := pusher.Run(bg); err != nil {
 			cfg.Logger.Error("push: stopped", "err", err)
@@ -294,10 +294,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Close stops background work and closes the store (and bus) without draining, unless the
-// caller gave them (Config.Store, Config.Bus).
+// caller gave them (Config.Store, Config.Bus). Every goroutine the node started has
+// returned before the store closes.
 func (s *Server) Close() error {
 	s.stopBG()
-	s.bg.Wait() // the pusher writes its last cursors before the store closes
+	s.bg.Wait()       // retention, the pusher (it writes its last cursors) and the feed
+	s.Service.Close() // live pushes, receipts, position batches
 	return s.closeOwn()
 }
 
