@@ -230,13 +230,23 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		g.mu.Lock()
-		for c := range g.conns {
-			_ = c.ws.NetConn().Close()
-		}
-		g.mu.Unlock()
+		g.Close()
 		return ctx.Err()
 	}
+}
+
+// Close ends every WebSocket at once, without a close frame, and returns when their
+// goroutines have: what a drain that ran out of time, or a node stopped without one, does
+// before its store closes.
+func (g *Gateway) Close() {
+	g.mu.Lock()
+	g.draining.Store(true)
+	for c := range g.conns {
+		_ = c.ws.NetConn().Close()
+	}
+	g.mu.Unlock()
+	g.drain()
+	g.wg.Wait()
 }
 
 // healthz answers 200 while serving and the store works; 503 with the reason when the

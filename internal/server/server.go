@@ -297,6 +297,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // caller gave them (Config.Store, Config.Bus). Every goroutine the node started has
 // returned before the store closes.
 func (s *Server) Close() error {
+	s.Gateway.Close() // after Shutdown, nothing is left to close
 	s.stopBG()
 	s.bg.Wait()       // retention, the pusher (it writes its last cursors) and the feed
 	s.Service.Close() // live pushes, receipts, position batches
