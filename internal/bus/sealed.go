@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/crypto/chacha20"
 	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/parleychat/parley/internal/tasks"
 )
 
 // KeySize is the length of a cluster key's secret: a XChaCha20-Poly1305 key.
@@ -124,7 +126,7 @@ type Sealed struct {
 	mu     sync.Mutex // guards topics, and closed's change
 	topics map[string]*sealedTopic
 	closed atomic.Bool
-	stop   chan struct{} // closed by Close: the reloader ends
+	bg     *tasks.Group // the reloader; Close ends it and waits, so no reload reads a closed store
 }
 
 var _ Bus = (*Sealed)(nil)
@@ -199,7 +201,7 @@ func Seal(ctx context.Context, inner Bus, keys KeySource, opts SealOptions) (*Se
 		opts.Now = time.Now
 	}
 	s := &Sealed{inner: inner, keys: keys, window: int64(opts.Window), keep: opts.Keep, reject: opts.OnReject,
-		log: opts.Logger, now: opts.Now, topics: make(map[string]*sealedTopic), stop: make(chan struct{})}
+		log: opts.Logger, now: opts.Now, topics: make(map[string]*sealedTopic), bg: tasks.New()}
 	if e, ok := inner.(interface{ NoEcho() bool }); ok {
 		s.noEcho = e.NoEcho()
 	}
@@ -211,7 +213,7 @@ func Seal(ctx context.Context, inner Bus, keys KeySource, opts SealOptions) (*Se
 	if err := s.reload(ctx); err != nil {
 		return nil, err
 	}
-	go s.reloader(opts.Reload)
+	s.bg.Go(func(ctx context.Context) { s.reloader(ctx, opts.Reload) })
 	return s, nil
 }
 
@@ -242,18 +244,18 @@ func (s *Sealed) reload(ctx context.Context) error {
 
 // reloader reads the keyring every period and forgets the senders not heard from for long
 // enough that none of their messages can still be inside the window, until Close.
-func (s *Sealed) reloader(period time.Duration) {
+func (s *Sealed) reloader(life context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-life.Done():
 			return
 		case <-t.C:
 		}
 		// Bounded well below the period: a delivering goroutine that meets an unknown key
 		// id waits for this reload.
-		ctx, cancel := context.WithTimeout(context.Background(), min(period, 5*time.Second))
+		ctx, cancel := context.WithTimeout(life, min(period, 5*time.Second))
 		s.reloadMu.Lock()
 		err := s.reload(ctx)
 		s.reloadMu.Unlock()
@@ -295,7 +297,7 @@ func (s *Sealed) keyFor(id uint32) *sealKey {
 	}
 	if now := s.now(); now.Sub(s.lastReload) >= reloadEvery {
 		s.lastReload = now
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(s.bg.Context(), time.Second)
 		err := s.reload(ctx)
 		cancel()
 		if err != nil {
@@ -543,7 +545,7 @@ func (s *Sealed) Close() error {
 	topics := s.topics
 	s.topics = nil
 	s.mu.Unlock()
-	close(s.stop)
+	s.bg.Close()
 	var errs []error
 	for _, top := range topics {
 		top.handlers.Store(&[]*sealedSub{})
