@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 )
@@ -85,81 +84,106 @@ type Delivery struct {
 	Cursor int64
 }
 
-// AppendTx is AppendMessage built from a transaction's row methods, for a backend whose
-// Updates are serializable (one writer): reading MaxSeq and writing MaxSeq+1 inside one
-// transaction is then atomic. m.Seq is ignored; m.MsgID must be new. nextMark returns the
-// store's next mark (MarkReader) inside tx, for a read-fanout conversation.
-func AppendTx(ctx context.Context, tx Tx, m Message, nextMark func() (int64, error)) (Appended, error) {
-	if orig, err := tx.MessageByClientID(ctx, m.SenderID, m.ClientMsgID); err == nil {
-		return Appended{Message: orig, Duplicate: true}, nil
-	} else if !errors.Is(err, ErrNotFound) {
-		return Appended{}, err
+// AppendView is what a backend has loaded for one append: every row the append rule
+// (DecideAppend) reads. The rule reads the fields in order and stops at the first that
+// settles the answer, so a backend may leave the later ones zero once one does: nothing
+// after Original when it is set, nothing after Conv or Sender when either is nil.
+type AppendView struct {
+	// Original is the message stored before under m's (SenderID, ClientMsgID), in any
+	// conversation; nil when there is none.
+	Original *Message
+	// Conv is m's conversation as readers see it; nil when it does not exist.
+	Conv *Conversation
+	// Sender is the sender's member row as readers see it; nil when not a member.
+	Sender *Member
+	// Members are, for a write-fanout conversation, every member's row in Members order,
+	// the sender's included. Unused in a read-fanout conversation, whose only member row
+	// an append touches is the sender's.
+	Members []Member
+	// Mentioned are, for a read-fanout conversation, the users of MentionedUsers(m) who are
+	// members, in that order. Unused in a write-fanout conversation.
+	Mentioned []string
+	// Logs are the last cursors of the logs that get m's event, in the order of the events:
+	// Members' users, or Mentioned.
+	Logs []int64
+	// LastMark is the store's last mark (MarkReader), for a read-fanout conversation. A
+	// backend that hands marks out at commit may pass one relative to its batch.
+	LastMark int64
+}
+
+// AppendPlan is what an append does, as DecideAppend decided it: the result, and every
+// row it writes. A backend saves it as it likes (Pebble leaves rows that the newest
+// message implies unwritten), but writes nothing that is not here.
+type AppendPlan struct {
+	// Appended is the result, Events included; on a duplicate nothing below is set and
+	// nothing is written.
+	Appended
+	// Conv is the conversation row after the append: MaxSeq, UpdatedAt and, in a read-fanout
+	// conversation, Mark.
+	Conv Conversation
+	// After are the member rows the append read (AppendView.Members, or the sender's alone
+	// in a read-fanout conversation) as it leaves them, in that order; Changed[i] says
+	// whether After[i] differs from the row read.
+	After   []Member
+	Changed []bool
+	// The message events to write are one per Appended.Events: type EventMessage, in the
+	// delivery's user's log under its cursor, with m's ConvID, Seq and CreatedAt as TS.
+}
+
+// Event returns the event the plan writes for delivery d.
+func (p *AppendPlan) Event(d Delivery) Event {
+	m := &p.Message
+	return Event{UserID: d.UserID, Cursor: d.Cursor, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+}
+
+// DecideAppend is the append rule (see Appended), written once above the backends: from
+// the rows v holds it decides m's answer (duplicate, refusal, or a new message), its seq,
+// its events' cursors, the conversation's new state and every member row that changes,
+// into p, whose slices it reuses. m.Seq is ignored; m.MsgID must be new. The backend then
+// writes p in one atomic step. DecideAppend reads and writes nothing else, so the same
+// rows give the same plan on every backend.
+func DecideAppend(m Message, v *AppendView, p *AppendPlan) error {
+	p.Appended, p.Conv = Appended{}, Conversation{}
+	p.After, p.Changed = p.After[:0], p.Changed[:0]
+	if v.Original != nil {
+		p.Appended = Appended{Message: *v.Original, Duplicate: true}
+		return nil
 	}
-	c, err := tx.Conversation(ctx, m.ConvID)
-	if errors.Is(err, ErrNotFound) {
-		return Appended{}, ErrNotMember
-	} else if err != nil {
-		return Appended{}, err
+	if v.Conv == nil || v.Sender == nil {
+		return ErrNotMember
 	}
-	// Membership by one lookup before reading every member: a non-member's refusal then
-	// costs the same for a large group as for a missing conversation.
-	sender, err := tx.Member(ctx, m.ConvID, m.SenderID)
-	if errors.Is(err, ErrNotFound) {
-		return Appended{}, ErrNotMember
-	} else if err != nil {
-		return Appended{}, err
-	}
-	var members []Member
+	c := *v.Conv
+	members, recipients := v.Members, len(v.Members)
 	if c.ReadFanout() {
-		members = []Member{sender} // no event, and no other member's row: see Conversation.ReadFrom
-	} else if members, err = tx.Members(ctx, c.ID); err != nil {
-		return Appended{}, err
+		members, recipients = []Member{*v.Sender}, len(v.Mentioned)
+	}
+	if len(v.Logs) != recipients {
+		return fmt.Errorf("append: %d logs loaded for %d events", len(v.Logs), recipients)
 	}
 	m.Seq = c.MaxSeq + 1
-	if err := tx.InsertMessage(ctx, m); err != nil {
-		return Appended{}, err
-	}
 	c.MaxSeq, c.UpdatedAt = m.Seq, max(c.UpdatedAt, m.CreatedAt)
 	if c.ReadFanout() {
-		if c.Mark, err = nextMark(); err != nil {
-			return Appended{}, err
+		c.Mark = v.LastMark + 1
+	}
+	p.Conv = c
+	p.Appended = Appended{Message: m, ReadFanout: c.ReadFanout()}
+	if recipients > 0 {
+		p.Events = make([]Delivery, recipients)
+		for i := range p.Events {
+			var user string
+			if c.ReadFanout() {
+				user = v.Mentioned[i]
+			} else {
+				user = members[i].UserID
+			}
+			p.Events[i] = Delivery{UserID: user, Cursor: v.Logs[i] + 1}
 		}
 	}
-	if err := tx.UpdateConversation(ctx, c); err != nil {
-		return Appended{}, err
-	}
-	res := Appended{Message: m, ReadFanout: c.ReadFanout()}
 	for _, mem := range members {
-		if !c.ReadFanout() {
-			ev := Event{UserID: mem.UserID, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
-			cursor, err := tx.AppendEvent(ctx, ev)
-			if err != nil {
-				return Appended{}, fmt.Errorf("append message event for %s: %w", mem.UserID, err)
-			}
-			res.Events = append(res.Events, Delivery{UserID: mem.UserID, Cursor: cursor})
-		}
-		if mem, changed := AfterAppend(mem, m); changed {
-			if err := tx.PutMember(ctx, mem); err != nil {
-				return Appended{}, err
-			}
-		}
+		after, changed := AfterAppend(mem, m)
+		p.After, p.Changed = append(p.After, after), append(p.Changed, changed)
 	}
-	if c.ReadFanout() {
-		for _, u := range MentionedUsers(m) {
-			if _, err := tx.Member(ctx, m.ConvID, u); errors.Is(err, ErrNotFound) {
-				continue // not a member: the mention is only stored
-			} else if err != nil {
-				return Appended{}, err
-			}
-			ev := Event{UserID: u, Type: EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
-			cursor, err := tx.AppendEvent(ctx, ev)
-			if err != nil {
-				return Appended{}, fmt.Errorf("append message event for mentioned %s: %w", u, err)
-			}
-			res.Events = append(res.Events, Delivery{UserID: u, Cursor: cursor})
-		}
-	}
-	return res, nil
+	return nil
 }
 
 // AfterAppend returns member mem as appending m leaves it, and whether that changed it:

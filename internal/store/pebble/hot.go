@@ -253,121 +253,143 @@ func (h *hotState) user(ctx context.Context, t *txn, id string) (hotUser, error)
 	return u, nil
 }
 
-// appendMessage is AppendMessage on the writer goroutine (see store.Appended). Everything
-// that can fail is done before the first write; the writes go through t.set like any
-// Update's, with their previous values taken from the hot state, so that a panic midway is
-// undone like a failed Update. The hot state is updated only after the last write.
+// appendMessage is AppendMessage on the writer goroutine: it loads what store.DecideAppend
+// reads, from the hot state where it can, and writes the plan. Everything that can fail is
+// done before the first write; the writes go through t.set like any Update's, with their
+// previous values taken from the hot state, so that a panic midway is undone like a failed
+// Update. The hot state is updated only after the last write.
 func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre precheck) (store.Appended, error) {
 	if err := t.check(ctx); err != nil {
 		return store.Appended{}, err
 	}
 	t.key = clientIDKey(t.key[:0], m.SenderID, m.ClientMsgID)
 	dedup := string(t.key)
+	v, h, err := w.loadAppend(ctx, t, m, pre, dedup)
+	if err != nil {
+		return store.Appended{}, err
+	}
+	p := &w.scratch.plan
+	if err := store.DecideAppend(m, v, p); err != nil || p.Duplicate {
+		return p.Appended, err
+	}
+	if err := w.writeAppend(t, h, p); err != nil {
+		return store.Appended{}, err
+	}
+	w.hot.fresh.add(dedup)
+	return p.Appended, nil
+}
+
+// loadAppend fills the writer's view for m (store.AppendView), stopping where the rule
+// will, and returns the conversation's head (nil when there is none).
+func (w *writer) loadAppend(ctx context.Context, t *txn, m store.Message, pre precheck, dedup string) (*store.AppendView, *convHead, error) {
+	v := &w.scratch.view
+	*v = store.AppendView{Logs: v.Logs[:0]}
 	fresh, epoch := w.hot.fresh.has(dedup)
 	if fresh || !pre.ok || pre.found || pre.epoch != epoch {
 		// Maybe a retry: read the key, from the database once the batch in flight (which
 		// may hold the original) has committed, or from the batch being built.
 		w.settle()
 		if orig, err := (readTx{t}).MessageByClientID(ctx, m.SenderID, m.ClientMsgID); err == nil {
-			return store.Appended{Message: orig, Duplicate: true}, nil
+			v.Original = &orig
+			return v, nil, nil
 		} else if !errors.Is(err, store.ErrNotFound) {
-			return store.Appended{}, err
+			return nil, nil, err
 		}
 	}
 	h, err := w.hot.head(ctx, t, m.ConvID)
-	if err != nil {
-		return store.Appended{}, err
+	if err != nil || h == nil {
+		return v, nil, err
 	}
-	if h == nil {
-		return store.Appended{}, store.ErrNotMember
-	}
-	members := h.members
-	if h.conv.ReadFanout() {
-		// No events, and no row but the sender's and the previous sender's (memberWrite).
-		if members, err = w.readFanoutMembers(ctx, t, h, m.SenderID); err != nil {
-			return store.Appended{}, err
-		}
-	} else if h.member(m.SenderID) < 0 {
-		return store.Appended{}, store.ErrNotMember
-	}
+	v.Conv = &h.conv
 	users := w.scratch.users[:0]
-	for _, mem := range h.members {
-		u, err := w.hot.user(ctx, t, mem.UserID)
-		if err != nil {
-			return store.Appended{}, err
+	if h.conv.ReadFanout() {
+		sender, _, err := h.readRow(ctx, t, w.settle, m.SenderID)
+		if errors.Is(err, store.ErrNotMember) {
+			return v, h, nil
+		} else if err != nil {
+			return nil, nil, err
 		}
-		users = append(users, u)
+		w.scratch.sender = sender
+		v.Sender = &w.scratch.sender
+		if v.Mentioned, err = w.mentionedMembers(ctx, t, h, m); err != nil {
+			return nil, nil, err
+		}
+		v.LastMark = w.lastMark
+		for _, u := range v.Mentioned {
+			log, err := w.hot.user(ctx, t, u)
+			if err != nil {
+				return nil, nil, err
+			}
+			users = append(users, log)
+		}
+	} else {
+		i := h.member(m.SenderID)
+		if i < 0 {
+			return v, h, nil
+		}
+		v.Sender, v.Members = &h.members[i], h.members
+		for _, mem := range h.members {
+			log, err := w.hot.user(ctx, t, mem.UserID)
+			if err != nil {
+				return nil, nil, err
+			}
+			users = append(users, log)
+		}
 	}
 	w.scratch.users = users
-	var mentioned []string // read fanout: the mentioned members who get an event
-	if h.conv.ReadFanout() {
-		if mentioned, err = w.mentionedMembers(ctx, t, h, m); err != nil {
-			return store.Appended{}, err
-		}
+	for _, u := range users {
+		v.Logs = append(v.Logs, u.last)
 	}
-	mentionedLogs := w.scratch.mentioned[:0]
-	for _, u := range mentioned {
-		log, err := w.hot.user(ctx, t, u)
-		if err != nil {
-			return store.Appended{}, err
-		}
-		mentionedLogs = append(mentionedLogs, log)
-	}
-	w.scratch.mentioned = mentionedLogs
+	return v, h, nil
+}
 
-	// Writes. t.set records each key's previous state for the undo log.
-	m.Seq = h.conv.MaxSeq + 1
+// writeAppend writes plan p of an append to conversation h through t, then brings the hot
+// state up to it.
+func (w *writer) writeAppend(t *txn, h *convHead, p *store.AppendPlan) error {
+	m := &p.Message
 	t.key = messageKey(t.key[:0], m.ConvID, m.Seq)
 	n := len(t.key)
 	t.key = clientIDKey(t.key, m.SenderID, m.ClientMsgID)
 	gk, kk := t.key[:n], t.key[n:]
-	t.enc = encodeMessage(t.enc[:0], m)
+	t.enc = encodeMessage(t.enc[:0], *m)
 	// The message keys are new: seq is above every seq stored, and the client id key was
 	// found missing.
 	if err := t.setNew(gk, t.enc); err != nil {
-		return store.Appended{}, err
+		return err
 	}
 	if err := t.setNew(kk, gk[1:]); err != nil { // gk[1:] is enc(conv) int(seq)
-		return store.Appended{}, err
+		return err
 	}
-	// The conversation row is not rewritten: the message just written is the newest, and
-	// implies the new max_seq and activity (txn.newest).
-	conv := h.conv
-	conv.MaxSeq, conv.UpdatedAt = m.Seq, max(conv.UpdatedAt, m.CreatedAt)
+	// A write-fanout conversation's row is not rewritten: the message just written is the
+	// newest, and implies the new max_seq and activity (txn.newest).
+	conv := p.Conv
 	if conv.ReadFanout() {
 		// The conversation takes the next mark (store.MarkReader), written beside it.
-		conv.Mark = w.lastMark + 1
 		if err := t.setKnown(convKey(t.key[:0], conv.ID), encodeConversation(t.enc[:0], conv), encodeConversation(w.scratch.prev[:0], h.stored)); err != nil {
-			return store.Appended{}, err
+			return err
 		}
 		var prev []byte
 		if w.lastMark > 0 {
 			prev = appendVarint(w.scratch.prev[:0], w.lastMark)
 		}
 		if err := t.write([]byte{tMark}, appendVarint(t.enc[:0], conv.Mark), prev, w.lastMark > 0); err != nil {
-			return store.Appended{}, err
+			return err
 		}
 	}
-	res := store.Appended{Message: m, ReadFanout: conv.ReadFanout()}
-	if len(users)+len(mentioned) > 0 {
-		res.Events = make([]store.Delivery, len(users), len(users)+len(mentioned))
+	users := w.scratch.users
+	for i, d := range p.Events {
+		if err := appendEvent(t, &users[i], p.Event(d)); err != nil {
+			return err
+		}
 	}
-	ev := store.Event{Type: store.EventMessage, ConvID: m.ConvID, TS: m.CreatedAt, Seq: m.Seq}
+	// Member rows: the plan's, and in a read-fanout conversation first the previous newest
+	// message's sender's, whose positions that message implied and m no longer does.
 	var senderStored store.Member // the sender is a member: set below
-	for i, mem := range members {
-		if i < len(users) { // write fanout: users and members are in the same order
-			u := &users[i]
-			ev.UserID = mem.UserID
-			if err := appendEvent(t, u, ev); err != nil {
-				return store.Appended{}, err
-			}
-			res.Events[i] = store.Delivery{UserID: mem.UserID, Cursor: u.last}
-		}
-		stored, write := memberWrite(h, mem, m)
+	put := func(mem, after store.Member, changed bool) error {
+		stored, write := memberWrite(h, mem, after, changed, m.SenderID)
 		if write {
-			after, _ := store.AfterAppend(mem, m)
 			if err := t.setKnown(memberKey(t.key[:0], m.ConvID, mem.UserID), encodeMember(t.enc[:0], after), encodeMember(w.scratch.prev[:0], stored)); err != nil {
-				return store.Appended{}, err
+				return err
 			}
 			stored = after
 		}
@@ -377,29 +399,37 @@ func (w *writer) appendMessage(ctx context.Context, t *txn, m store.Message, pre
 		if h.rows != nil {
 			h.rows[mem.UserID] = stored
 		}
+		return nil
 	}
-	for i, u := range mentioned { // read fanout only: their rows do not change
-		ev.UserID = u
-		if err := appendEvent(t, &mentionedLogs[i], ev); err != nil {
-			return store.Appended{}, err
+	if conv.ReadFanout() {
+		if h.sender != "" && h.sender != m.SenderID && h.senderIn {
+			prev := latest{seq: h.conv.MaxSeq, sender: h.sender}.member(h.senderStored)
+			if err := put(prev, prev, false); err != nil {
+				return err
+			}
 		}
-		res.Events = append(res.Events, store.Delivery{UserID: u, Cursor: mentionedLogs[i].last})
+		if err := put(w.scratch.sender, p.After[0], p.Changed[0]); err != nil {
+			return err
+		}
+	} else {
+		for i, mem := range h.members {
+			if err := put(mem, p.After[i], p.Changed[i]); err != nil {
+				return err
+			}
+		}
 	}
 
 	// Every write is in the batch: the hot state follows.
-	w.hot.fresh.add(dedup)
 	h.conv, h.sender, h.senderStored, h.senderIn = conv, m.SenderID, senderStored, true
 	if conv.ReadFanout() {
 		h.stored, w.lastMark = conv, conv.Mark
+	} else {
+		copy(h.members, p.After)
 	}
-	for i, mem := range h.members {
-		h.members[i], _ = store.AfterAppend(mem, m)
-		w.hot.users[mem.UserID] = users[i]
+	for i, d := range p.Events {
+		w.hot.users[d.UserID] = users[i]
 	}
-	for i, u := range mentioned {
-		w.hot.users[u] = mentionedLogs[i]
-	}
-	return res, nil
+	return nil
 }
 
 // mentionedMembers returns the users of m's mentions who are members of the read-fanout
@@ -420,34 +450,19 @@ func (w *writer) mentionedMembers(ctx context.Context, t *txn, h *convHead, m st
 	return out, nil
 }
 
-// readFanoutMembers returns the member rows, as readers see them, that appending a message
-// from sender to the read-fanout conversation h may rewrite: the previous newest message's
-// sender's (if a member, and another user) and sender's. ErrNotMember if sender is not one.
-func (w *writer) readFanoutMembers(ctx context.Context, t *txn, h *convHead, sender string) ([]store.Member, error) {
-	var out []store.Member
-	if h.sender != "" && h.sender != sender && h.senderIn {
-		out = append(out, latest{seq: h.conv.MaxSeq, sender: h.sender}.member(h.senderStored))
-	}
-	mem, _, err := h.readRow(ctx, t, w.settle, sender)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, mem), nil
-}
-
-// memberWrite says whether appending m rewrites member mem's row (mem as Members reads it),
-// and returns the row as stored. The sender's row is written only when it was hidden: its
-// new positions are implied by m, the newest message. The previous newest message's
-// sender's positions were implied by that message, which m replaces, so they are written
-// down. Any other row changes only if the member had hidden the conversation.
-func memberWrite(h *convHead, mem store.Member, m store.Message) (stored store.Member, write bool) {
+// memberWrite says whether appending a message from sender rewrites member mem's row (mem
+// as Members reads it, after as the append rule leaves it, changed if they differ), and
+// returns the row as stored. The sender's row is written only when it was hidden: its new
+// positions are implied by the message, the newest. The previous newest message's
+// sender's positions were implied by that message, which the new one replaces, so they
+// are written down. Any other row is written only if the append changed it.
+func memberWrite(h *convHead, mem, after store.Member, changed bool, sender string) (stored store.Member, write bool) {
 	stored = mem
 	if mem.UserID == h.sender {
 		stored = h.senderStored
 	}
-	after, changed := store.AfterAppend(mem, m)
 	switch mem.UserID {
-	case m.SenderID:
+	case sender:
 		return stored, stored.Hidden
 	case h.sender:
 		return stored, after != stored
@@ -455,11 +470,11 @@ func memberWrite(h *convHead, mem store.Member, m store.Message) (stored store.M
 	return stored, changed
 }
 
-// appendEvent writes ev as the next event of its user, whose log is *u (advanced here),
-// like AppendEvent but with the last cursor from the hot state, and the hour hint only
-// when the hour changed.
+// appendEvent writes ev as the next event of its user, whose log is *u (advanced here to
+// ev's cursor, which the append rule gave it), and the hour hint only when the hour
+// changed.
 func appendEvent(t *txn, u *hotUser, ev store.Event) error {
-	u.last++
+	u.last = ev.Cursor
 	t.key = eventKey(t.key[:0], ev.UserID, u.last)
 	if err := t.setNew(t.key, encodeEvent(t.enc[:0], ev)); err != nil {
 		return err
@@ -476,9 +491,11 @@ func appendEvent(t *txn, u *hotUser, ev store.Event) error {
 
 // appendScratch are the writer's buffers for appendMessage, reused from send to send.
 type appendScratch struct {
-	users     []hotUser
-	mentioned []hotUser
-	prev      []byte
+	view   store.AppendView
+	plan   store.AppendPlan
+	sender store.Member // a read-fanout conversation's sender's row, as readers see it
+	users  []hotUser    // the logs that get the event, in the order of the plan's events
+	prev   []byte
 }
 
 // AppendMessage implements store.Store: StartAppend, then Wait.

@@ -265,7 +265,7 @@ type dedupKey struct{ sender, clientMsgID string }
 
 // convState is a locked conversation and, for write fanout, its members by standing.
 type convState struct {
-	c       store.Conversation
+	c       store.Conversation // as the batch leaves it; c.Mark counts from the batch's base (markOff)
 	dirty   bool
 	markOff int64 // > 0: the conversation's new mark is the batch's base mark + markOff
 	members []memberLite
@@ -307,6 +307,9 @@ type appendBatch struct {
 	events      eventRows
 	moved       map[memberKey]bool // sender rows whose positions apply raised
 	unhide      []string           // write-fanout conversations with members to show it to again
+
+	view store.AppendView // applyOne's, reused from append to append
+	plan store.AppendPlan
 }
 
 // eventRows are the columns of the "message" events to insert.
@@ -449,8 +452,8 @@ func eachRow(br pgx.BatchResults, fn func(pgx.Rows) error) error {
 	return rows.Err()
 }
 
-// apply computes every request's outcome in queue order, as store.AppendTx would one
-// after another, from the rows the first round trip locked.
+// apply computes every request's outcome in queue order with the append rule
+// (store.DecideAppend), one after another, from the rows the first round trip locked.
 func (b *appendBatch) apply() {
 	for _, cs := range b.convs {
 		slices.SortFunc(cs.members, func(x, y memberLite) int {
@@ -467,61 +470,90 @@ func (b *appendBatch) apply() {
 
 func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
 	key := dedupKey{m.SenderID, m.ClientMsgID}
-	if orig, ok := b.known[key]; ok {
-		return store.Appended{Message: orig, Duplicate: true}, nil
-	}
-	cs := b.convs[m.ConvID]
 	sender := b.senders[memberKey{m.ConvID, m.SenderID}]
-	if cs == nil || sender == nil {
-		return store.Appended{}, store.ErrNotMember
+	cs := b.convs[m.ConvID]
+	if err := b.loadView(m, key, cs, sender); err != nil {
+		return store.Appended{}, err
 	}
-	c := &cs.c
-	if !c.ReadFanout() {
-		for _, mem := range cs.members { // checked before anything changes: all or nothing
-			if _, ok := b.users[mem.user]; !ok {
-				return store.Appended{}, fmt.Errorf("append message event for %s: %w", mem.user, store.ErrNotFound)
-			}
-		}
+	p := &b.plan
+	if err := store.DecideAppend(m, &b.view, p); err != nil || p.Duplicate {
+		return p.Appended, err
 	}
-	m.Seq = c.MaxSeq + 1
-	c.MaxSeq, c.UpdatedAt = m.Seq, max(c.UpdatedAt, m.CreatedAt)
-	cs.dirty = true
-	b.known[key] = m
-	b.newMessages = append(b.newMessages, m)
-	res := store.Appended{Message: m, ReadFanout: c.ReadFanout()}
-	if c.ReadFanout() {
-		b.marks++
+	// The plan, applied to what the batch holds: the second round trip writes it.
+	cs.c, cs.dirty = p.Conv, true
+	if p.Conv.ReadFanout() {
+		b.marks = p.Conv.Mark // relative to the batch: see LastMark in loadView
 		cs.markOff = b.marks
-		for _, u := range store.MentionedUsers(m) {
-			if cs.mentionable[u] {
-				res.Events = append(res.Events, b.event(m, u))
+	}
+	b.known[key] = p.Message
+	b.newMessages = append(b.newMessages, p.Message)
+	for _, d := range p.Events {
+		b.event(p.Message, d)
+	}
+	for i, after := range p.After {
+		switch {
+		case !p.Changed[i]:
+		case after.UserID == m.SenderID:
+			*sender = after
+			b.moved[memberKey{m.ConvID, m.SenderID}] = true
+		default: // only hidden can change in another member's row
+			cs.members[i].hidden = false
+			if !slices.Contains(b.unhide, cs.c.ID) {
+				b.unhide = append(b.unhide, cs.c.ID)
 			}
 		}
-	} else {
-		if !slices.Contains(b.unhide, c.ID) && slices.ContainsFunc(cs.members, func(m memberLite) bool { return m.hidden && m.user != sender.UserID }) {
-			b.unhide = append(b.unhide, c.ID) // the sender's own row is raised below
-		}
-		for _, mem := range cs.members {
-			res.Events = append(res.Events, b.event(m, mem.user))
-		}
 	}
-	if after, changed := store.AfterAppend(*sender, m); changed {
-		*sender = after
-		b.moved[memberKey{m.ConvID, m.SenderID}] = true
-	}
-	return res, nil
+	return p.Appended, nil
 }
 
-// event adds m's "message" event to user's log, under the user's next cursor.
-func (b *appendBatch) event(m store.Message, user string) store.Delivery {
-	b.users[user]++
-	cursor := b.users[user]
-	b.events.users = append(b.events.users, user)
+// loadView fills b.view for m from the rows the first round trip read and the batch's
+// appends before m changed, stopping where store.DecideAppend will.
+func (b *appendBatch) loadView(m store.Message, key dedupKey, cs *convState, sender *store.Member) error {
+	v := &b.view
+	*v = store.AppendView{Members: v.Members[:0], Mentioned: v.Mentioned[:0], Logs: v.Logs[:0]}
+	if orig, ok := b.known[key]; ok {
+		v.Original = &orig
+		return nil
+	}
+	if cs == nil || sender == nil {
+		return nil
+	}
+	v.Conv, v.Sender = &cs.c, sender
+	if cs.c.ReadFanout() {
+		for _, u := range store.MentionedUsers(m) {
+			if cs.mentionable[u] {
+				v.Mentioned = append(v.Mentioned, u)
+				v.Logs = append(v.Logs, b.users[u])
+			}
+		}
+		// Marks are handed out at commit (writeConversations): the batch counts its own
+		// from 0, and each conversation's new mark is the base plus its offset.
+		v.LastMark = b.marks
+		return nil
+	}
+	for _, mem := range cs.members {
+		last, ok := b.users[mem.user]
+		if !ok {
+			return fmt.Errorf("append message event for %s: %w", mem.user, store.ErrNotFound)
+		}
+		row := store.Member{ConvID: m.ConvID, UserID: mem.user, Ordinal: mem.ordinal, Hidden: mem.hidden}
+		if mem.user == sender.UserID {
+			row = *sender
+		}
+		v.Members = append(v.Members, row)
+		v.Logs = append(v.Logs, last)
+	}
+	return nil
+}
+
+// event adds m's "message" event to d's user's log, under the cursor the rule gave it.
+func (b *appendBatch) event(m store.Message, d store.Delivery) {
+	b.users[d.UserID] = d.Cursor
+	b.events.users = append(b.events.users, d.UserID)
 	b.events.convs = append(b.events.convs, m.ConvID)
-	b.events.cursors = append(b.events.cursors, cursor)
+	b.events.cursors = append(b.events.cursors, d.Cursor)
 	b.events.ts = append(b.events.ts, m.CreatedAt)
 	b.events.seq = append(b.events.seq, m.Seq)
-	return store.Delivery{UserID: user, Cursor: cursor}
 }
 
 // write is the second round trip: every row the batch changes, in one statement of

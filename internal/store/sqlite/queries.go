@@ -47,6 +47,7 @@ const (
 	stInsertMessage
 	stRecallMessage
 	stAppendEvent
+	stPutEvent
 	stPruneOldest
 	stPruneUpTo
 	stRaisePruned
@@ -129,6 +130,8 @@ func statementSQL() [numStmts]string {
 		stRecallMessage: `UPDATE messages SET content = NULL, extra = NULL, recalled = 1
 			WHERE conv_id = ? AND seq = ?`,
 		stAppendEvent: appendEventSQL,
+		stPutEvent: `INSERT INTO events (user_id, cursor, type, conv_id, ts, seq, data)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		stPruneOldest: `DELETE FROM events WHERE (user_id, cursor) IN (
 			SELECT user_id, cursor FROM events WHERE ts < ? ORDER BY ts, user_id, cursor LIMIT ?)
 			RETURNING user_id, cursor`,

@@ -224,12 +224,16 @@ func (s *Store) AppendMessage(ctx context.Context, m store.Message) (store.Appen
 	return store.StartAndWait(ctx, s, m)
 }
 
-// StartAppend implements store.Store with store.AppendTx in one Update: the writer
+// StartAppend implements store.Store with appendMessage in one Update: the writer
 // goroutine serializes every Update, so reading max_seq and writing it back is atomic, and
 // runs them in the order they were queued, which is the order of the StartAppend calls.
 func (s *Store) StartAppend(ctx context.Context, m store.Message) (store.PendingAppend, error) {
 	return s.q.StartAppend(ctx, false, func(tx store.Tx) (store.Appended, error) {
-		return store.AppendTx(ctx, tx, m, func() (int64, error) { return tx.(writeTx).lastMark(ctx, 1) })
+		w, ok := tx.(writeTx)
+		if !ok {
+			return store.Appended{}, fmt.Errorf("sqlite: StartAppend got a %T", tx)
+		}
+		return w.appendMessage(ctx, m)
 	})
 }
 
