@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,7 +38,27 @@ const shutdownBudget = 8 * time.Second
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
 	c := serveConfig{Node: server.DefaultConfig("./data")}
 	n := &c.Node
-	fs := newFlagSet("serve", stderr)
+	fs, sealBus := serveFlags(&c, stderr)
+	if err := parseFlags(fs, args, getenv); err != nil {
+		return c, err
+	}
+	n.BusNoSeal = !*sealBus
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	if n.Gateway.DevLogin && !loopbackAddr(c.Addr) {
+		return c, fmt.Errorf("--dev-login signs anyone in without a secret, so it needs a loopback --addr (127.0.0.1, [::1] or localhost), not %q", c.Addr)
+	}
+	return c, errors.Join(c.validate(), flagTerms(n.Validate()))
+}
+
+// serveFlags returns the flag set of `parley serve`, each flag bound to its field of c with
+// c's value as the default, and --bus-seal, which is read after parsing because it is the
+// reverse of the field it sets (server.Config.BusNoSeal). The README's flag table is checked
+// against it (readme_test.go).
+func serveFlags(c *serveConfig, stderr io.Writer) (fs *flag.FlagSet, sealBus *bool) {
+	n := &c.Node
+	fs = newFlagSet("serve", stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "if set, serve Go's pprof profiles on this loopback address")
 	fs.BoolVar(&c.DebugPublic, "debug-addr-public", false, "allow a non-loopback --debug-addr (pprof exposes memory contents: only behind a firewall)")
@@ -56,7 +77,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&n.BusAuth.TLSCA, "bus-tls-ca", "", "with --bus: PEM CA certificate(s) that verify the NATS server; the connection must then be TLS")
 	fs.StringVar(&n.BusAuth.TLSCert, "bus-tls-cert", "", "with --bus: PEM client certificate for NATS mutual TLS (with --bus-tls-key)")
 	fs.StringVar(&n.BusAuth.TLSKey, "bus-tls-key", "", "with --bus: PEM key of --bus-tls-cert")
-	sealBus := fs.Bool("bus-seal", true, "seal every bus message with the cluster key kept in the store (false only to measure its cost, or on a trusted network)")
+	sealBus = fs.Bool("bus-seal", true, "seal every bus message with the cluster key kept in the store (false only to measure its cost, or on a trusted network)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -83,17 +104,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&n.Gateway.ConvCreateBurst, "conv-create-burst", n.Gateway.ConvCreateBurst, "burst of the per-user conversation creation limit")
 	fs.BoolVar(&n.Gateway.DevLogin, "dev-login", false, "let the web client sign in by user and device name alone (development; loopback --addr only)")
 	pushFlags(fs, &n.Push, &n.Chat.MaxPushDevices)
-	if err := parseFlags(fs, args, getenv); err != nil {
-		return c, err
-	}
-	n.BusNoSeal = !*sealBus
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
-	}
-	if n.Gateway.DevLogin && !loopbackAddr(c.Addr) {
-		return c, fmt.Errorf("--dev-login signs anyone in without a secret, so it needs a loopback --addr (127.0.0.1, [::1] or localhost), not %q", c.Addr)
-	}
-	return c, errors.Join(c.validate(), flagTerms(n.Validate()))
+	return fs, sealBus
 }
 
 // validate checks what only serve has (the node's own settings are server.Config.Validate's):
