@@ -23,12 +23,7 @@ func (p *Pusher) Notify(userID string, cursor int64) {
 
 // Reload re-reads userID's targets (a device registered or removed one) and works on them.
 func (p *Pusher) Reload(ctx context.Context, userID string) error {
-	var ts []store.PushTarget
-	err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
-		var err error
-		ts, err = tx.PushTargets(ctx, userID)
-		return err
-	})
+	ts, err := p.targets(ctx, userID)
 	if err != nil {
 		return err
 	}
@@ -36,6 +31,17 @@ func (p *Pusher) Reload(ctx context.Context, userID string) error {
 	defer p.mu.Unlock()
 	p.loadLocked(userID, ts, true)
 	return nil
+}
+
+// targets reads userID's targets from the store.
+func (p *Pusher) targets(ctx context.Context, userID string) ([]store.PushTarget, error) {
+	var ts []store.PushTarget
+	err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
+		var err error
+		ts, err = tx.PushTargets(ctx, userID)
+		return err
+	})
+	return ts, err
 }
 
 // sweep reads every target, adds those it did not know and drops those removed, and works

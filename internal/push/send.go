@@ -197,12 +197,7 @@ func (w *pass) remove(d *deviceState, res Result) {
 // Test sends a test notification to each of the user's devices now, bypassing cursors,
 // presence and backoff, and returns each provider's answer: `parley push test`.
 func (p *Pusher) Test(ctx context.Context, userID string) ([]protocol.PushTestResult, error) {
-	var ts []store.PushTarget
-	err := p.o.Store.View(ctx, func(tx store.ReadTx) error {
-		var err error
-		ts, err = tx.PushTargets(ctx, userID)
-		return err
-	})
+	ts, err := p.targets(ctx, userID)
 	if err != nil {
 		return nil, err
 	}
