@@ -4,12 +4,14 @@ package push
 
 import (
 	"context"
+	"sync"
 
 	"github.com/parleychat/parley/internal/store"
 )
 
 // lead runs the pusher while this node holds l's "push" lead, waiting for it again each
-// time it is lost, until ctx ends.
+// time it is lost, until ctx ends. Each term's watcher, which ends the term when the lead
+// is lost, has returned before lead releases that term or returns.
 func (p *Pusher) lead(ctx context.Context, l store.Leader) error {
 	for ctx.Err() == nil {
 		lost, release, err := l.Lead(ctx, "push")
@@ -25,16 +27,18 @@ func (p *Pusher) lead(ctx context.Context, l store.Leader) error {
 		}
 		p.o.Log.Info("push: this node pushes")
 		lctx, cancel := context.WithCancel(ctx)
-		go func() {
+		var watch sync.WaitGroup // the lead's watcher: waited before the lead is released
+		watch.Go(func() {
 			select {
 			case <-lost:
 				p.o.Log.Warn("push: lost the lead")
 			case <-lctx.Done():
 			}
 			cancel()
-		}()
+		})
 		err = p.run(lctx)
 		cancel()
+		watch.Wait()
 		release()
 		if err != nil && ctx.Err() == nil {
 			p.o.Log.Error("push: stopped", "err", err)
