@@ -19,7 +19,9 @@ func TestRetryAfter(t *testing.T) {
 		{"http date", now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
 		{"date past", now.Add(-time.Minute).Format(http.TimeFormat), 0},
 		{"garbage", "soon", 0},
-		{"huge", "999999999999", 24 * time.Hour},
+		{"huge", "999999999999", MaxRetryAfter},
+		{"overflows a Duration", "9223372037", MaxRetryAfter}, // ×1e9 wraps negative
+		{"date beyond the cap", now.Add(48 * time.Hour).Format(http.TimeFormat), MaxRetryAfter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

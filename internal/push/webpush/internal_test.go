@@ -1,32 +1,9 @@
 package webpush
 
 import (
-	"net/http"
 	"testing"
 	"time"
 )
-
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		h    string
-		want time.Duration
-	}{
-		{"", 0},
-		{"0", 0},
-		{"-5", 0},
-		{"120", 2 * time.Minute},
-		{" 3 ", 3 * time.Second},
-		{now.Add(time.Minute).Format(http.TimeFormat), time.Minute},
-		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
-		{"soon", 0},
-		{"99999999999", 365 * 24 * time.Hour},
-	} {
-		if got := retryAfter(tc.h, now); got != tc.want {
-			t.Errorf("retryAfter(%q) = %v, want %v", tc.h, got, tc.want)
-		}
-	}
-}
 
 func TestTTLSeconds(t *testing.T) {
 	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)

@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -242,7 +241,7 @@ func result(resp *http.Response, now time.Time) push.Result {
 		r.Outcome = push.Unregistered
 	case code == http.StatusTooManyRequests || code >= 500:
 		r.Outcome = push.Retry
-		r.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
+		r.RetryAfter = push.RetryAfter(resp.Header, now)
 	case code >= 300 && code <= 399:
 		r.Outcome = push.Rejected
 		r.Reason = "redirect to " + resp.Header.Get("Location") + " not followed"
@@ -250,25 +249,6 @@ func result(resp *http.Response, now time.Time) push.Result {
 		r.Outcome = push.Rejected
 	}
 	return r
-}
-
-// retryAfter parses a Retry-After header: delay-seconds or an HTTP date. Zero when absent or
-// unparsable.
-func retryAfter(h string, now time.Time) time.Duration {
-	h = strings.TrimSpace(h)
-	if h == "" {
-		return 0
-	}
-	if s, err := strconv.ParseInt(h, 10, 64); err == nil {
-		if s <= 0 {
-			return 0
-		}
-		return time.Duration(min(s, int64(365*24*3600))) * time.Second
-	}
-	if t, err := http.ParseTime(h); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 // ttlSeconds is the TTL header for a notification that expires at exp: DefaultTTL without

@@ -146,6 +146,25 @@ func TestSendRetry(t *testing.T) {
 	}
 }
 
+// TestSendRetryAfterCap: a Retry-After far beyond push.MaxRetryAfter, in seconds or as a
+// date, comes back clamped to it, the cap every provider shares.
+func TestSendRetryAfterCap(t *testing.T) {
+	f := pushtest.NewWebPush(t)
+	p, _ := newProvider(t, f)
+	sub := target(f.NewSubscription())
+	for name, header := range map[string]string{
+		"seconds": "99999999999",
+		"date":    time.Now().Add(30 * 24 * time.Hour).UTC().Format(http.TimeFormat),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f.FailNext(1, http.StatusTooManyRequests, header)
+			if r := p.Send(context.Background(), sub, notification("a")); r.Outcome != push.Retry || r.RetryAfter != push.MaxRetryAfter {
+				t.Errorf("429 Retry-After %s: %+v, want Retry after %v", header, r, push.MaxRetryAfter)
+			}
+		})
+	}
+}
+
 // TestSendUnregistered: 410 (the user revoked permission) and 404 (an expired or unknown
 // subscription) are Unregistered; so is a token that is no subscription at all.
 func TestSendUnregistered(t *testing.T) {
