@@ -7,6 +7,7 @@ import (
 
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -18,7 +19,7 @@ import (
 //
 //   - a message (an event of a user's log, or a read-fanout conversation's push) is decoded
 //     into its typed fields, each checked for its documented form, and encoded again by
-//     this node's own encoder (appendMessageJSON); its conversation must be the one the bus
+//     this node's own encoder (live.AppendMessageJSON); its conversation must be the one the bus
 //     message names (the subject, for a room's);
 //   - a receipts push is carried as its typed counts, checked, and encoded here;
 //   - a revocation is a hint to read the user's token generation from the store, which is
@@ -87,10 +88,10 @@ func busMessage(convID string, data []byte) (m store.Message, payload []byte, ok
 	}
 	m = store.Message{
 		ConvID: w.ConvID, Seq: w.Seq, MsgID: w.MsgID, ClientMsgID: w.ClientMsgID, SenderID: w.SenderID,
-		ContentType: w.ContentType, Content: w.Content, Extra: encodeExtra(w.Extra), CreatedAt: w.CreatedAt,
+		ContentType: w.ContentType, Content: w.Content, Extra: live.EncodeExtra(w.Extra), CreatedAt: w.CreatedAt,
 		Recalled: w.Recalled, Mentions: w.Mentions,
 	}
-	payload, ok = appendMessageJSON(make([]byte, 0, len(data)+16), &m)
+	payload, ok = live.AppendMessageJSON(make([]byte, 0, len(data)+16), &m)
 	return m, payload, ok
 }
 
@@ -135,7 +136,7 @@ func receiptsBody(convID string, rs []protocol.Receipts) (*hub.Body, bool) {
 // receiptsValid reports whether m is a receipts push as a node sends one (kindEphemeral):
 // of a group, with 1 to MaxReceiptsPushed counts, each of a seq and within its members.
 func receiptsValid(m *busMsg) bool {
-	if m.Type != protocol.OpReceipts || !protocol.ValidConvID(m.Conv) || !isGroupID(m.Conv) ||
+	if m.Type != protocol.OpReceipts || !protocol.ValidConvID(m.Conv) || !live.IsGroupID(m.Conv) ||
 		len(m.Receipts) == 0 || len(m.Receipts) > protocol.MaxReceiptsPushed {
 		return false
 	}

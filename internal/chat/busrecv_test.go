@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/store/sqlite"
 	"github.com/parleychat/parley/protocol"
@@ -23,9 +23,9 @@ func TestBusMessageEncodesAgainWhatItChecked(t *testing.T) {
 	good := store.Message{ConvID: "g_abc", Seq: 7, MsgID: "m_x1", ClientMsgID: "c-1", SenderID: "bob", ContentType: 1,
 		Content: []byte(`{"text":"<b>hi</b>"}`), CreatedAt: 1700000000000}
 	withExtra := good
-	withExtra.Extra, withExtra.Mentions = encodeExtra(map[string]string{"k": "v\u2028"}), []string{"alice"}
+	withExtra.Extra, withExtra.Mentions = live.EncodeExtra(map[string]string{"k": "v\u2028"}), []string{"alice"}
 	for name, m := range map[string]store.Message{"plain": good, "extra and mentions": withExtra} {
-		payload, ok := appendMessageJSON(nil, &m)
+		payload, ok := live.AppendMessageJSON(nil, &m)
 		if !ok {
 			t.Fatal(name, "encode")
 		}
@@ -35,7 +35,7 @@ func TestBusMessageEncodesAgainWhatItChecked(t *testing.T) {
 		}
 	}
 
-	payload, _ := appendMessageJSON(nil, &good)
+	payload, _ := live.AppendMessageJSON(nil, &good)
 	p := string(payload)
 	for name, data := range map[string]string{
 		"another conversation": strings.Replace(p, `"g_abc"`, `"g_other"`, 1),
@@ -53,41 +53,6 @@ func TestBusMessageEncodesAgainWhatItChecked(t *testing.T) {
 		if _, _, ok := busMessage("g_abc", []byte(data)); ok {
 			t.Errorf("%s: taken: %.200s", name, data)
 		}
-	}
-}
-
-// TestBusRaisesRebuildCountsAtMostEveryFewSeconds: a raise of a user the counts do not
-// hold, or a member change, told by the bus makes a group's counts stale only once
-// rebuildEvery has passed since they were built, so that forged positions cannot make a
-// node read a large group's members again and again; the same raise committed here drops
-// them at once, as before.
-func TestBusRaisesRebuildCountsAtMostEveryFewSeconds(t *testing.T) {
-	rc := newReadCounts()
-	members := []store.Member{{UserID: "alice"}, {UserID: "bob", ReadSeq: 3, DeliveredSeq: 3}}
-	rc.startBuild("g_1")(members)
-	held := func() bool { _, _, _, ok := rc.count("g_1", "alice", 1); return ok }
-
-	rc.advanceElsewhere("g_1", "mallory", 9, 9)
-	rc.forgetSoon("g_1")
-	if !held() {
-		t.Fatal("counts dropped by the bus at once")
-	}
-	if _, read, _, _ := rc.count("g_1", "alice", 3); read != 1 {
-		t.Fatalf("read of seq 3 = %d, want 1: a raise of a user not counted changed the counts", read)
-	}
-	sh := rc.shard("g_1")
-	sh.mu.Lock()
-	sh.convs["g_1"].built = time.Now().Add(-rebuildEvery) // as if built rebuildEvery ago
-	sh.mu.Unlock()
-	rc.forgetSoon("g_1")
-	if held() {
-		t.Fatal("counts kept after a member change elsewhere, rebuildEvery after their build")
-	}
-
-	rc.startBuild("g_1")(members)
-	rc.advance("g_1", "mallory", 9, 9) // committed here: a join not applied yet
-	if held() {
-		t.Fatal("a raise committed here of a user not counted kept the counts")
 	}
 }
 
@@ -162,7 +127,7 @@ func BenchmarkBusReceiveEvent(b *testing.B) {
 	msg := store.Message{ConvID: "g_abcdefghijklmnopqrstuvwxyz", Seq: 1234, MsgID: "m_abcdefghijklmnopqrstuvwxyz",
 		ClientMsgID: "c-0001", SenderID: "bob", ContentType: 1, Content: []byte(`{"text":"hello there, how are you today?"}`),
 		CreatedAt: 1_700_000_000_123}
-	payload, _ := appendMessageJSON(nil, &msg)
+	payload, _ := live.AppendMessageJSON(nil, &msg)
 	c.event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: msg.ConvID, TS: msg.CreatedAt, Data: payload})
 	data := rec.published[0]
 	c.node = "n_receiver" // the message is another node's

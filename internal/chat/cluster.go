@@ -397,10 +397,10 @@ func (c *cluster) onConv(convID string, data []byte) {
 		}
 		c.s.raisedElsewhere(convID, m.User, m.Read, m.Delivered)
 	case kindMembers:
-		c.s.counts.forgetSoon(convID)
+		c.s.counts.ForgetSoon(convID)
 		c.s.countsChanged(convID) // its next receipts push forgets the senders who left
 	case kindRecall:
-		c.s.recent.drop(convID)
+		c.s.recent.Drop(convID)
 	default:
 		c.reject(rejectInvalid)
 	}

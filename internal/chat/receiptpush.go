@@ -5,10 +5,10 @@ import (
 	"errors"
 	"hash/maphash"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -19,20 +19,23 @@ import (
 // through this process (at most protocol.MaxReceiptsPushed) and the counts last pushed for
 // them; a change of positions schedules a push of the conversation, at most one a second:
 // the first change pushes at once, the changes within the second after it go in one push at
-// its end. Counts come from readCounts, in O(log M) each. What it holds is lost with the
+// its end. Counts come from live.ReadCounts, in O(log M) each. What it holds is lost with the
 // process: after a restart a sender's older messages get no push until they send again
 // (their client can still ask GET receipts).
 //
 // Every send and position change passes through it, so it is sharded by conversation like
-// readCounts: sends to different conversations share no lock.
+// live.ReadCounts: sends to different conversations share no lock.
 type receiptPushes struct {
 	seed   maphash.Seed
-	shards [countShards]pushShard
+	shards [pushShards]pushShard
 	// onHold, if set (on one of several nodes), is told when a group's senders are held and
 	// when they are forgotten, so that the node hears of the positions the others commit
 	// (cluster.go). It is called with the shard's lock held.
 	onHold func(convID string, on bool)
 }
+
+// pushShards is how many shards receiptPushes has, as many as live.ReadCounts.
+const pushShards = 64
 
 type pushShard struct {
 	mu    sync.Mutex // guards convs and everything they hold
@@ -65,18 +68,14 @@ func newReceiptPushes() *receiptPushes {
 }
 
 func (r *receiptPushes) shard(convID string) *pushShard {
-	return &r.shards[maphash.String(r.seed, convID)%countShards]
+	return &r.shards[maphash.String(r.seed, convID)%pushShards]
 }
-
-// isGroupID reports whether convID names a group: direct conversations ("d_") show their
-// peer's positions instead and get no count pushes.
-func isGroupID(convID string) bool { return strings.HasPrefix(convID, "g_") }
 
 // messageSent records, after its commit, that sender sent seq in convID, and that the
 // sender's positions moved to it.
 func (s *Service) messageSent(m store.Message) {
 	s.positionsMoved(m.ConvID, m.SenderID, m.Seq, m.Seq)
-	if !isGroupID(m.ConvID) {
+	if !live.IsGroupID(m.ConvID) {
 		return
 	}
 	r := s.receipts.shard(m.ConvID)
@@ -252,7 +251,7 @@ type receiptFrame struct {
 func (s *Service) receiptCounts(ctx context.Context, convID string, sent map[string][]int64) (map[string][]protocol.Receipts, error) {
 	out := make(map[string][]protocol.Receipts, len(sent))
 	var built []store.Member
-	install := s.counts.startBuild(convID)
+	install := s.counts.StartBuild(convID)
 	defer func() { install(built) }()
 	s.AwaitSubscriptions() // and other nodes' raises after the snapshot reach it
 	err := s.view(ctx, "receipts push", func(tx store.ReadTx) error {
@@ -271,7 +270,7 @@ func (s *Service) receiptCounts(ctx context.Context, convID string, sent map[str
 				if seq <= visibleFrom(m) || seq > c.MaxSeq {
 					continue
 				}
-				members, read, delivered, ok := s.counts.count(convID, u, seq)
+				members, read, delivered, ok := s.counts.Count(convID, u, seq)
 				if !ok {
 					if built == nil {
 						if built, err = tx.Members(ctx, convID); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/tasks"
 )
@@ -84,8 +85,8 @@ type Service struct {
 	obs    Observer
 
 	gens      sync.Map                    // user id -> int64 token generation, cached after first use
-	counts    *readCounts                 // members' positions of groups whose receipts were asked for
-	recent    *recentMessages             // the newest messages of active read-fanout conversations
+	counts    *live.ReadCounts            // members' positions of groups whose receipts were asked for
+	recent    *live.Recent                // the newest messages of active read-fanout conversations
 	positions *positionBatch              // read-fanout conversations' position updates waiting for their batch
 	receipts  *receiptPushes              // read counts pushed to senders
 	afterFunc func(time.Duration, func()) // Options.AfterFunc
@@ -147,7 +148,7 @@ type Options struct {
 // it); RunRetention is the owner's to run.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		counts: newReadCounts(), recent: newRecentMessages(), positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc,
+		positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc,
 		bg: tasks.New()}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
@@ -171,14 +172,19 @@ func New(o Options) *Service {
 	if s.room == nil {
 		s.room = func() error { return nil }
 	}
+	var countsHeld, recentHeld func(string, bool) // nil on a single node
+	var ttl time.Duration
 	if o.Bus != nil {
-		s.cluster = newCluster(s, o.Bus)
-		s.hub.SetInterest(s.cluster)
 		hold := func(h holder) func(string, bool) {
 			return func(convID string, on bool) { s.cluster.holdConv(convID, h, on) }
 		}
-		s.counts.onHold, s.recent.onHold, s.receipts.onHold = hold(holdCounts), hold(holdRecent), hold(holdReceipts)
-		s.counts.ttl, s.recent.ttl = cacheTTL, cacheTTL
+		countsHeld, recentHeld, s.receipts.onHold = hold(holdCounts), hold(holdRecent), hold(holdReceipts)
+		ttl = cacheTTL
+	}
+	s.counts, s.recent = live.NewReadCounts(countsHeld, ttl), live.NewRecent(recentHeld, ttl)
+	if o.Bus != nil {
+		s.cluster = newCluster(s, o.Bus)
+		s.hub.SetInterest(s.cluster)
 	}
 	return s
 }
