@@ -318,7 +318,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		s.counts.ChangeMembers(convID, joined, userIDs(removed))
 		s.membersLeft(convID, userIDs(removed))
 		if s.cluster != nil {
-			s.cluster.convChanged(convID, kindMembers)
+			s.cluster.MembersChanged(convID)
 		}
 	}
 	return out, err

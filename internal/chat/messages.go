@@ -119,7 +119,7 @@ func (s *Service) publishMessageEvents(ctx context.Context, m *store.Message, pa
 		evs[i], users[i] = hub.Event{Cursor: d.Cursor, Body: body}, d.UserID
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
 		if s.cluster != nil {
-			s.cluster.event(d.UserID, d.Cursor, body)
+			s.cluster.Event(d.UserID, d.Cursor, body)
 		}
 		s.notifyPush(d.UserID, d.Cursor)
 	}
@@ -278,7 +278,7 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 	}
 	defer s.recent.Drop(convID) // after the commit: the recalled message was maybe held
 	if s.cluster != nil {
-		defer s.cluster.convChanged(convID, kindRecall) // after the commit, for the other nodes' recent messages
+		defer s.cluster.Recalled(convID) // after the commit, for the other nodes' recent messages
 	}
 	return s.update(ctx, "recall", func(tx store.Tx, ob *outbox) error {
 		if _, _, err := loadConvMember(ctx, tx, convID, me.UserID); err != nil {

@@ -88,7 +88,7 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 func (s *Service) positionsMoved(convID, userID string, read, delivered int64) {
 	s.raised(convID, userID, read, delivered)
 	if s.cluster != nil && live.IsGroupID(convID) { // only groups are counted (showsReaders)
-		s.cluster.positions(convID, userID, read, delivered)
+		s.cluster.Positions(convID, userID, read, delivered)
 	}
 }
 

@@ -30,7 +30,7 @@ type receiptPushes struct {
 	shards [pushShards]pushShard
 	// onHold, if set (on one of several nodes), is told when a group's senders are held and
 	// when they are forgotten, so that the node hears of the positions the others commit
-	// (cluster.go). It is called with the shard's lock held.
+	// (live.Cluster). It is called with the shard's lock held.
 	onHold func(convID string, on bool)
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
@@ -97,8 +98,9 @@ type Service struct {
 	// position batches): its context is every such path's, and Close waits for it.
 	bg *tasks.Group
 
-	cluster *cluster // the other nodes, through Options.Bus; nil on a single node (cluster.go)
-	pusher  Pusher   // SetPusher's; nil: no offline push (push.go)
+	cluster     *live.Cluster // the other nodes, through Options.Bus; nil on a single node
+	gensCleared atomic.Int64  // Unix nanoseconds of the last clearing of gens, on one of several nodes (expireGens)
+	pusher      Pusher        // SetPusher's; nil: no offline push (push.go)
 
 	writeMu  sync.Mutex // guards writeErr
 	writeErr error      // the store write failure Healthy reports, until writes recover
@@ -137,7 +139,7 @@ type Options struct {
 	// write failure stays reported by Healthy until a write succeeds while Room says yes:
 	// one small write can succeed on a disk that is still full. Default: always room.
 	Room func() error
-	// Bus links this node to the other nodes on the same store (cluster.go): wake-ups,
+	// Bus links this node to the other nodes on the same store (live.Cluster): wake-ups,
 	// read-fanout messages, position raises, revocations and device kicks cross it. nil (the
 	// default) is a single node, which publishes nothing: nobody would read it. The caller
 	// owns the bus and closes it after the Service's last use.
@@ -175,15 +177,18 @@ func New(o Options) *Service {
 	var countsHeld, recentHeld func(string, bool) // nil on a single node
 	var ttl time.Duration
 	if o.Bus != nil {
-		hold := func(h holder) func(string, bool) {
-			return func(convID string, on bool) { s.cluster.holdConv(convID, h, on) }
+		hold := func(h live.Holder) func(string, bool) {
+			return func(convID string, on bool) { s.cluster.HoldConv(convID, h, on) }
 		}
-		countsHeld, recentHeld, s.receipts.onHold = hold(holdCounts), hold(holdRecent), hold(holdReceipts)
-		ttl = cacheTTL
+		countsHeld, recentHeld, s.receipts.onHold = hold(live.HoldCounts), hold(live.HoldRecent), hold(live.HoldReceipts)
+		ttl = live.CacheTTL
 	}
 	s.counts, s.recent = live.NewReadCounts(countsHeld, ttl), live.NewRecent(recentHeld, ttl)
 	if o.Bus != nil {
-		s.cluster = newCluster(s, o.Bus)
+		s.gensCleared.Store(time.Now().UnixNano())
+		peer := elsewhere{s}
+		s.cluster = live.NewCluster(live.ClusterOptions{Bus: o.Bus, Hub: s.hub, Node: newID("n_"), Tasks: s.bg,
+			Now: s.now, Logger: s.log, Observer: s.obs, Conversations: peer, Changes: peer, Revocations: peer})
 		s.hub.SetInterest(s.cluster)
 	}
 	return s
