@@ -5,10 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
-	"github.com/parleychat/parley/protocol"
 )
 
 // This file is chat's side of live.Cluster, which links this node to the other nodes on one
@@ -162,19 +160,5 @@ func (s *Service) DeviceConnected(me Identity, since int64) {
 func (s *Service) AwaitSubscriptions() {
 	if s.cluster != nil {
 		s.cluster.Flush()
-	}
-}
-
-// pushReceiptsTo hands userID's connections, on every node, a receipts push of convID
-// with rs: a frame that is in no log. The other nodes get the counts, and encode the frame
-// themselves.
-func (s *Service) pushReceiptsTo(userID, convID string, rs []protocol.Receipts) {
-	b, ok := live.ReceiptsBody(convID, rs)
-	if !ok {
-		return
-	}
-	s.hub.Publish(userID, []hub.Event{{Body: b}})
-	if s.cluster != nil {
-		s.cluster.Ephemeral(userID, convID, rs)
 	}
 }

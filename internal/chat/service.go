@@ -85,12 +85,11 @@ type Service struct {
 	log    *slog.Logger
 	obs    Observer
 
-	gens      sync.Map                    // user id -> int64 token generation, cached after first use
-	counts    *live.ReadCounts            // members' positions of groups whose receipts were asked for
-	recent    *live.Recent                // the newest messages of active read-fanout conversations
-	positions *positionBatch              // read-fanout conversations' position updates waiting for their batch
-	receipts  *receiptPushes              // read counts pushed to senders
-	afterFunc func(time.Duration, func()) // Options.AfterFunc
+	gens      sync.Map            // user id -> int64 token generation, cached after first use
+	counts    *live.ReadCounts    // members' positions of groups whose receipts were asked for
+	recent    *live.Recent        // the newest messages of active read-fanout conversations
+	positions *positionBatch      // read-fanout conversations' position updates waiting for their batch
+	receipts  *live.ReceiptPushes // read counts pushed to senders
 
 	room func() error // see Options.Room; never nil
 
@@ -150,16 +149,13 @@ type Options struct {
 // it); RunRetention is the owner's to run.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc,
-		bg: tasks.New()}
+		positions: newPositionBatch(),
+		bg:        tasks.New()}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
 	}
 	if s.now == nil {
 		s.now = time.Now
-	}
-	if s.afterFunc == nil {
-		s.afterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -174,23 +170,23 @@ func New(o Options) *Service {
 	if s.room == nil {
 		s.room = func() error { return nil }
 	}
-	var countsHeld, recentHeld func(string, bool) // nil on a single node
+	var countsHeld, recentHeld, receiptsHeld func(string, bool) // nil on a single node
 	var ttl time.Duration
-	if o.Bus != nil {
-		hold := func(h live.Holder) func(string, bool) {
-			return func(convID string, on bool) { s.cluster.HoldConv(convID, h, on) }
-		}
-		countsHeld, recentHeld, s.receipts.onHold = hold(live.HoldCounts), hold(live.HoldRecent), hold(live.HoldReceipts)
-		ttl = live.CacheTTL
-	}
-	s.counts, s.recent = live.NewReadCounts(countsHeld, ttl), live.NewRecent(recentHeld, ttl)
 	if o.Bus != nil {
 		s.gensCleared.Store(time.Now().UnixNano())
 		peer := elsewhere{s}
 		s.cluster = live.NewCluster(live.ClusterOptions{Bus: o.Bus, Hub: s.hub, Node: newID("n_"), Tasks: s.bg,
 			Now: s.now, Logger: s.log, Observer: s.obs, Conversations: peer, Changes: peer, Revocations: peer})
 		s.hub.SetInterest(s.cluster)
+		hold := func(h live.Holder) func(string, bool) {
+			return func(convID string, on bool) { s.cluster.HoldConv(convID, h, on) }
+		}
+		countsHeld, recentHeld, receiptsHeld = hold(live.HoldCounts), hold(live.HoldRecent), hold(live.HoldReceipts)
+		ttl = live.CacheTTL
 	}
+	s.counts, s.recent = live.NewReadCounts(countsHeld, ttl), live.NewRecent(recentHeld, ttl)
+	s.receipts = live.NewReceiptPushes(live.ReceiptPushesOptions{Counter: receiptCounter{s}, Hub: s.hub, Cluster: s.cluster,
+		Tasks: s.bg, OnHold: receiptsHeld, Now: s.now, AfterFunc: o.AfterFunc, Logger: s.log})
 	return s
 }
 
