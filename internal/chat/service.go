@@ -3,7 +3,7 @@
 // positions that never move backwards, receipts, unread counts, recall, delete-for-me,
 // groups, snapshots and cursor sync. Every mutation runs inside one store.Update, so a
 // message, its seq and every event it produces commit together; committed events are then
-// handed to the hub for live delivery.
+// handed to the hub and to internal/live for live delivery.
 package chat
 
 import (
