@@ -315,10 +315,10 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		return s.announce(ctx, tx, ob, c, kept, removed, joinedNow, me.UserID, &out)
 	})
 	if err == nil {
-		s.counts.changeMembers(convID, joined, userIDs(removed))
+		s.counts.ChangeMembers(convID, joined, userIDs(removed))
 		s.membersLeft(convID, userIDs(removed))
 		if s.cluster != nil {
-			s.cluster.convChanged(convID, kindMembers)
+			s.cluster.MembersChanged(convID)
 		}
 	}
 	return out, err

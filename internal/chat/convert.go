@@ -5,30 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
 
-// wireMessage converts a stored message to its wire form.
-func wireMessage(m store.Message) protocol.Message {
-	w := protocol.Message{
-		ConvID: m.ConvID, Seq: m.Seq, MsgID: m.MsgID, ClientMsgID: m.ClientMsgID,
-		SenderID: m.SenderID, ContentType: m.ContentType, CreatedAt: m.CreatedAt, Recalled: m.Recalled,
-		Mentions: m.Mentions,
-	}
-	if len(m.Content) > 0 {
-		w.Content = json.RawMessage(m.Content)
-	}
-	if len(m.Extra) > 0 {
-		_ = json.Unmarshal(m.Extra, &w.Extra) // written by Send from a map[string]string
-	}
-	return w
-}
-
 func wireMessages(ms []store.Message) []protocol.Message {
 	out := make([]protocol.Message, len(ms))
 	for i, m := range ms {
-		out[i] = wireMessage(m)
+		out[i] = live.WireMessage(m)
 	}
 	return out
 }
@@ -49,7 +34,7 @@ func wireEvents(es []store.Event) []protocol.SyncEvent {
 	ends := make([]int, len(es)) // where each event's payload ends in buf
 	for i := range es {
 		if m := es[i].Message; m != nil && es[i].Type == protocol.EventMessage {
-			buf, _ = appendMessageJSON(buf, m) // on failure nothing is appended: data is nil
+			buf, _ = live.AppendMessageJSON(buf, m) // on failure nothing is appended: data is nil
 		}
 		ends[i] = len(buf)
 	}
@@ -72,7 +57,7 @@ func wireEvents(es []store.Event) []protocol.SyncEvent {
 	return out
 }
 
-// mentionsJSONLen is about what appendMessageJSON writes for mentions.
+// mentionsJSONLen is about what live.AppendMessageJSON writes for mentions.
 func mentionsJSONLen(mentions []string) int {
 	if len(mentions) == 0 {
 		return 0
@@ -84,7 +69,7 @@ func mentionsJSONLen(mentions []string) int {
 	return n
 }
 
-// messageJSONOverhead is about what appendMessageJSON adds to a message's variable fields:
+// messageJSONOverhead is about what live.AppendMessageJSON adds to a message's variable fields:
 // the keys, the numbers and the punctuation.
 const messageJSONOverhead = 180
 
@@ -119,7 +104,7 @@ func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.M
 		if err != nil {
 			return b, fmt.Errorf("last message of %s: %w", c.ID, err)
 		}
-		w := wireMessage(last)
+		w := live.WireMessage(last)
 		b.LastMessage = &w
 	}
 	if c.Type == protocol.TypeDirect {

@@ -2,10 +2,10 @@ package chat
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -67,91 +67,15 @@ func (s *Service) ReadFanoutState(ctx context.Context, me Identity, mark int64) 
 // inLog (the mentioned members) got the message as an event of their log, published
 // before: their connections get that, not the push as well.
 func (s *Service) publishLive(m *store.Message, payload []byte, inLog []string) {
-	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: messageFrame(payload), Skip: inLog})
+	s.hub.Message(m.ConvID, m.Seq, m.SenderID, &hub.Body{Type: protocol.OpMessage, ConvID: m.ConvID, TS: m.CreatedAt, Data: live.MessageFrame(payload), Skip: inLog})
 	s.hub.NotifyConversation(m.ConvID)
 	if s.cluster != nil {
-		s.cluster.message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, payload, inLog)
-		s.cluster.checkRoom(m.ConvID)
+		s.cluster.Message(m.ConvID, m.Seq, m.SenderID, m.CreatedAt, payload, inLog)
+		s.cluster.CheckRoom(m.ConvID)
 	}
-}
-
-// messageFrame returns the push of a read-fanout message, {"op":"message","message":...},
-// around payload, the message's encoding.
-func messageFrame(payload []byte) []byte {
-	frame := make([]byte, 0, len(payload)+32)
-	frame = append(frame, `{"op":"message","message":`...)
-	frame = append(frame, payload...)
-	return append(frame, '}')
 }
 
 // conflictMark is the error for a mark ahead of the store's latest.
 func conflictMark(mark, latest int64) error {
 	return fmt.Errorf("%w: mark %d is ahead of the latest mark %d", ErrConflict, mark, latest)
-}
-
-// checkRoom has the followers of convID's room here checked against the store's members
-// once cacheTTL has passed since the last check, while messages come (on a goroutine of
-// its own). A removed member's connections unfollow the room when they push the removal
-// from their log; on one of several nodes the wake-up of that event may be lost on the bus,
-// and the room would push the group's messages to them until their next event. The check
-// bounds that to cacheTTL.
-func (c *cluster) checkRoom(convID string) {
-	now := c.s.now()
-	c.rmu.Lock()
-	last, ok := c.roomChecked[convID]
-	due := ok && now.Sub(last) >= cacheTTL
-	if due {
-		c.roomChecked[convID] = now
-	}
-	c.rmu.Unlock()
-	if due {
-		c.s.bg.Go(func(ctx context.Context) { c.verifyRoom(ctx, convID) })
-	}
-}
-
-// perMemberCheck is the most followers checkRoom looks up one by one; a room with more has
-// the conversation's members read at once.
-const perMemberCheck = 32
-
-// verifyRoom unfollows convID's room here for the followers who are no longer members.
-func (c *cluster) verifyRoom(ctx context.Context, convID string) {
-	users := c.s.hub.RoomUsers(convID)
-	if len(users) == 0 {
-		return
-	}
-	var gone []string
-	err := c.s.view(ctx, "check room", func(tx store.ReadTx) error {
-		gone = gone[:0]
-		if len(users) > perMemberCheck {
-			ms, err := tx.Members(ctx, convID)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-			in := make(map[string]bool, len(ms))
-			for _, m := range ms {
-				in[m.UserID] = true
-			}
-			for _, u := range users {
-				if !in[u] {
-					gone = append(gone, u)
-				}
-			}
-			return nil
-		}
-		for _, u := range users {
-			if _, err := tx.Member(ctx, convID, u); errors.Is(err, store.ErrNotFound) {
-				gone = append(gone, u)
-			} else if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		c.s.log.Warn("bus: check a room's followers", "conv", convID, "err", err)
-		return
-	}
-	for _, u := range gone {
-		c.s.hub.UnfollowUser(convID, u)
-	}
 }

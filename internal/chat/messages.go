@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -50,7 +50,7 @@ func (s *Service) StartSend(ctx context.Context, me Identity, req protocol.SendR
 		ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: s.nowMS(),
 		Mentions: mentions,
 	}
-	epoch := s.recent.epoch()
+	epoch := s.recent.Epoch()
 	p, err := s.st.StartAppend(ctx, m)
 	if err != nil {
 		return PendingSend{}, s.appendErr(ctx, err)
@@ -83,7 +83,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		}
 		return ack, err
 	}
-	payload, ok := appendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)+mentionsJSONLen(res.Message.Mentions)), &res.Message)
+	payload, ok := live.AppendMessageJSON(make([]byte, 0, 160+len(res.Message.Content)+len(res.Message.Extra)+mentionsJSONLen(res.Message.Mentions)), &res.Message)
 	if !ok {
 		return protocol.MessageAck{}, s.storeErr("send", errors.New("encode the message")) // cannot happen: content was validated
 	}
@@ -94,7 +94,7 @@ func (p PendingSend) Wait() (protocol.MessageAck, error) {
 		// No log has it but the mentioned members'. It goes live through the
 		// conversation's room (to the others: the mentioned have it from their log), and
 		// wakes the long-polls of its members, which read the conversation's new mark.
-		s.recent.add(res.Message, p.epoch)
+		s.recent.Add(res.Message, p.epoch)
 		// The ack does not wait for the pushes (the room puts them in seq order).
 		s.bg.Go(func(context.Context) { s.publishLive(m, payload, inLog) })
 	}
@@ -119,7 +119,7 @@ func (s *Service) publishMessageEvents(ctx context.Context, m *store.Message, pa
 		evs[i], users[i] = hub.Event{Cursor: d.Cursor, Body: body}, d.UserID
 		s.hub.Publish(d.UserID, evs[i:i+1:i+1])
 		if s.cluster != nil {
-			s.cluster.event(d.UserID, d.Cursor, body)
+			s.cluster.Event(d.UserID, d.Cursor, body)
 		}
 		s.notifyPush(d.UserID, d.Cursor)
 	}
@@ -175,7 +175,7 @@ func validateSend(req protocol.SendRequest) (extra []byte, mentions []string, er
 		}
 		mentions = set
 	}
-	extra = encodeExtra(req.Extra)
+	extra = live.EncodeExtra(req.Extra)
 	if len(req.Content)+minimalJSONLen(req.Extra) > protocol.MaxContentBytes {
 		return nil, nil, fmt.Errorf("%w: content plus extra exceed %d bytes", ErrTooLarge, protocol.MaxContentBytes)
 	}
@@ -213,18 +213,6 @@ func minimalStringLen(s string) int {
 	return n
 }
 
-// encodeExtra encodes extra for storage, without HTML escaping to keep it compact.
-func encodeExtra(extra map[string]string) []byte {
-	if extra == nil {
-		return nil
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(extra) // a map of strings always encodes
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
-}
-
 // HistoryQuery selects a page of messages. BeforeSeq > 0 selects the page below it.
 type HistoryQuery struct {
 	AfterSeq  int64
@@ -244,7 +232,7 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 	}
 	q.Limit = min(q.Limit, protocol.MaxPageLimit)
 	var page protocol.MessagesPage
-	epoch := s.recent.epoch()
+	epoch := s.recent.Epoch()
 	err := s.view(ctx, "history", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
@@ -253,7 +241,7 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 		if c.ReadFanout() {
 			// A large group's newest messages, which all its online members pull after a
 			// message, come from memory.
-			if ms, more, ok := s.recent.page(convID, c.MaxSeq, visibleFrom(m), q); ok {
+			if ms, more, ok := s.recent.Page(convID, c.MaxSeq, visibleFrom(m), q.AfterSeq, q.BeforeSeq, q.Limit); ok {
 				page.Messages, page.HasMore = wireMessages(ms), more
 				return nil
 			}
@@ -272,7 +260,7 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 		}
 		if c.ReadFanout() && len(ms) > 0 && ms[len(ms)-1].Seq == c.MaxSeq {
 			for _, m := range ms { // the newest messages: later pulls find them in memory
-				s.recent.add(m, epoch)
+				s.recent.Add(m, epoch)
 			}
 		}
 		page.Messages = wireMessages(ms)
@@ -288,9 +276,9 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 	if seq < 1 {
 		return invalid("seq must be at least 1")
 	}
-	defer s.recent.drop(convID) // after the commit: the recalled message was maybe held
+	defer s.recent.Drop(convID) // after the commit: the recalled message was maybe held
 	if s.cluster != nil {
-		defer s.cluster.convChanged(convID, kindRecall) // after the commit, for the other nodes' recent messages
+		defer s.cluster.Recalled(convID) // after the commit, for the other nodes' recent messages
 	}
 	return s.update(ctx, "recall", func(tx store.Tx, ob *outbox) error {
 		if _, _, err := loadConvMember(ctx, tx, convID, me.UserID); err != nil {

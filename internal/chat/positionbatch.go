@@ -22,6 +22,11 @@ import (
 // batch after a quiet spell goes at once; later ones linger up to positionLinger for more
 // to arrive (or until positionBatchFull wait), which keeps the commits per update low when
 // the updates come in a stream rather than all at once.
+//
+// It stays in chat rather than internal/live: it is the durable write path of positions,
+// not their delivery. Each caller's answer waits for the batch's commit, and the commit
+// applies chat's position rules (clamped to max_seq, never backwards, a "read" event in
+// the reader's log, ErrNotFound for a member who left) inside chat's transaction.
 type positionBatch struct {
 	mu      sync.Mutex // guards the fields below
 	pending map[memberKey]*pendingPosition

@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
 )
@@ -86,21 +87,21 @@ func (s *Service) advance(ctx context.Context, me Identity, convID string, seq i
 // this node and (through the bus) on the others.
 func (s *Service) positionsMoved(convID, userID string, read, delivered int64) {
 	s.raised(convID, userID, read, delivered)
-	if s.cluster != nil && isGroupID(convID) { // only groups are counted (showsReaders)
-		s.cluster.positions(convID, userID, read, delivered)
+	if s.cluster != nil && live.IsGroupID(convID) { // only groups are counted (showsReaders)
+		s.cluster.Positions(convID, userID, read, delivered)
 	}
 }
 
 // raised records a member's positions committed by this node.
 func (s *Service) raised(convID, userID string, read, delivered int64) {
-	s.counts.advance(convID, userID, read, delivered)
+	s.counts.Advance(convID, userID, read, delivered)
 	s.countsChanged(convID) // and their senders are told
 }
 
-// raisedElsewhere records a member's positions another node told of (readCounts'
-// advanceElsewhere).
+// raisedElsewhere records a member's positions another node told of (live.ReadCounts'
+// AdvanceElsewhere).
 func (s *Service) raisedElsewhere(convID, userID string, read, delivered int64) {
-	s.counts.advanceElsewhere(convID, userID, read, delivered)
+	s.counts.AdvanceElsewhere(convID, userID, read, delivered)
 	s.countsChanged(convID)
 }
 
@@ -145,7 +146,7 @@ func (s *Service) emitPosition(ctx context.Context, tx store.Tx, ob *outbox, c s
 func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq int64) (protocol.Receipts, error) {
 	var r protocol.Receipts
 	var built []store.Member
-	install := s.counts.startBuild(convID) // before the snapshot: see readCounts
+	install := s.counts.StartBuild(convID) // before the snapshot: see live.ReadCounts
 	defer func() { install(built) }()
 	s.AwaitSubscriptions() // and other nodes' raises after the snapshot reach it
 	err := s.view(ctx, "receipts", func(tx store.ReadTx) error {
@@ -162,7 +163,7 @@ func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq 
 		}
 		if !showsReaders(c) {
 			// Counts only: from the members' positions held in memory, in O(log M).
-			if members, read, delivered, ok := s.counts.count(convID, msg.SenderID, seq); ok {
+			if members, read, delivered, ok := s.counts.Count(convID, msg.SenderID, seq); ok {
 				r = protocol.Receipts{Seq: seq, MemberCount: members, ReadCount: read, DeliveredCount: delivered}
 				return nil
 			}

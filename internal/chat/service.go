@@ -3,7 +3,7 @@
 // positions that never move backwards, receipts, unread counts, recall, delete-for-me,
 // groups, snapshots and cursor sync. Every mutation runs inside one store.Update, so a
 // message, its seq and every event it produces commit together; committed events are then
-// handed to the hub for live delivery.
+// handed to the hub and to internal/live for live delivery.
 package chat
 
 import (
@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/tasks"
 )
@@ -83,12 +85,11 @@ type Service struct {
 	log    *slog.Logger
 	obs    Observer
 
-	gens      sync.Map                    // user id -> int64 token generation, cached after first use
-	counts    *readCounts                 // members' positions of groups whose receipts were asked for
-	recent    *recentMessages             // the newest messages of active read-fanout conversations
-	positions *positionBatch              // read-fanout conversations' position updates waiting for their batch
-	receipts  *receiptPushes              // read counts pushed to senders
-	afterFunc func(time.Duration, func()) // Options.AfterFunc
+	gens      sync.Map            // user id -> int64 token generation, cached after first use
+	counts    *live.ReadCounts    // members' positions of groups whose receipts were asked for
+	recent    *live.Recent        // the newest messages of active read-fanout conversations
+	positions *positionBatch      // read-fanout conversations' position updates waiting for their batch
+	receipts  *live.ReceiptPushes // read counts pushed to senders
 
 	room func() error // see Options.Room; never nil
 
@@ -96,8 +97,9 @@ type Service struct {
 	// position batches): its context is every such path's, and Close waits for it.
 	bg *tasks.Group
 
-	cluster *cluster // the other nodes, through Options.Bus; nil on a single node (cluster.go)
-	pusher  Pusher   // SetPusher's; nil: no offline push (push.go)
+	cluster     *live.Cluster // the other nodes, through Options.Bus; nil on a single node
+	gensCleared atomic.Int64  // Unix nanoseconds of the last clearing of gens, on one of several nodes (expireGens)
+	pusher      Pusher        // SetPusher's; nil: no offline push (push.go)
 
 	writeMu  sync.Mutex // guards writeErr
 	writeErr error      // the store write failure Healthy reports, until writes recover
@@ -136,7 +138,7 @@ type Options struct {
 	// write failure stays reported by Healthy until a write succeeds while Room says yes:
 	// one small write can succeed on a disk that is still full. Default: always room.
 	Room func() error
-	// Bus links this node to the other nodes on the same store (cluster.go): wake-ups,
+	// Bus links this node to the other nodes on the same store (live.Cluster): wake-ups,
 	// read-fanout messages, position raises, revocations and device kicks cross it. nil (the
 	// default) is a single node, which publishes nothing: nobody would read it. The caller
 	// owns the bus and closes it after the Service's last use.
@@ -147,16 +149,13 @@ type Options struct {
 // it); RunRetention is the owner's to run.
 func New(o Options) *Service {
 	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
-		counts: newReadCounts(), recent: newRecentMessages(), positions: newPositionBatch(), receipts: newReceiptPushes(), afterFunc: o.AfterFunc,
-		bg: tasks.New()}
+		positions: newPositionBatch(),
+		bg:        tasks.New()}
 	if len(s.dirKey) == 0 {
 		s.dirKey = newDirectIDKey()
 	}
 	if s.now == nil {
 		s.now = time.Now
-	}
-	if s.afterFunc == nil {
-		s.afterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -171,15 +170,23 @@ func New(o Options) *Service {
 	if s.room == nil {
 		s.room = func() error { return nil }
 	}
+	var countsHeld, recentHeld, receiptsHeld func(string, bool) // nil on a single node
+	var ttl time.Duration
 	if o.Bus != nil {
-		s.cluster = newCluster(s, o.Bus)
+		s.gensCleared.Store(time.Now().UnixNano())
+		peer := elsewhere{s}
+		s.cluster = live.NewCluster(live.ClusterOptions{Bus: o.Bus, Hub: s.hub, Node: newID("n_"), Tasks: s.bg,
+			Now: s.now, Logger: s.log, Observer: s.obs, Conversations: peer, Changes: peer, Revocations: peer})
 		s.hub.SetInterest(s.cluster)
-		hold := func(h holder) func(string, bool) {
-			return func(convID string, on bool) { s.cluster.holdConv(convID, h, on) }
+		hold := func(h live.Holder) func(string, bool) {
+			return func(convID string, on bool) { s.cluster.HoldConv(convID, h, on) }
 		}
-		s.counts.onHold, s.recent.onHold, s.receipts.onHold = hold(holdCounts), hold(holdRecent), hold(holdReceipts)
-		s.counts.ttl, s.recent.ttl = cacheTTL, cacheTTL
+		countsHeld, recentHeld, receiptsHeld = hold(live.HoldCounts), hold(live.HoldRecent), hold(live.HoldReceipts)
+		ttl = live.CacheTTL
 	}
+	s.counts, s.recent = live.NewReadCounts(countsHeld, ttl), live.NewRecent(recentHeld, ttl)
+	s.receipts = live.NewReceiptPushes(live.ReceiptPushesOptions{Counter: receiptCounter{s}, Hub: s.hub, Cluster: s.cluster,
+		Tasks: s.bg, OnHold: receiptsHeld, Now: s.now, AfterFunc: o.AfterFunc, Logger: s.log})
 	return s
 }
 

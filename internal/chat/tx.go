@@ -201,7 +201,7 @@ func (s *Service) publish(ctx context.Context, ob *outbox) {
 		evs := ob.events[u]
 		s.hub.Publish(u, evs)
 		if s.cluster != nil {
-			s.cluster.wake(u, evs[len(evs)-1].Cursor) // the newest: the others read up to it
+			s.cluster.Wake(u, evs[len(evs)-1].Cursor) // the newest: the others read up to it
 		}
 		s.notifyPush(u, evs[len(evs)-1].Cursor)
 	}

@@ -62,7 +62,7 @@ func (s *Service) IssueToken(ctx context.Context, userID, deviceID string, ttl t
 // tokenGen returns the user's current token generation: ErrNotFound for an unknown user.
 func (s *Service) tokenGen(ctx context.Context, userID string) (int64, error) {
 	if s.cluster != nil {
-		s.cluster.expireGens()
+		s.expireGens()
 	}
 	if g, ok := s.gens.Load(userID); ok {
 		return g.(int64), nil
@@ -178,14 +178,14 @@ func (s *Service) RevokeTokens(ctx context.Context, userID string) error {
 	s.raiseGen(userID, gen)
 	s.hub.Kick(userID)
 	if s.cluster != nil {
-		s.cluster.revoke(userID, gen)
+		s.cluster.Revoke(userID, gen)
 	}
 	return nil
 }
 
 // raiseGen caches gen as userID's token generation unless a higher one is cached: two
 // reads of the store, or a read and a revocation here, may end in either order. Only
-// generations from the store are cached, never one a bus message names (onRevoke).
+// generations from the store are cached, never one a bus message names (elsewhere.Revoked).
 func (s *Service) raiseGen(userID string, gen int64) {
 	for {
 		old, loaded := s.gens.LoadOrStore(userID, gen)

@@ -134,7 +134,7 @@ type encodedJSON []byte
 
 // appendSyncResponse appends resp as json.Marshal encodes it (an empty list for nil events),
 // splicing each event's data in as it is, as the pushes do: the server encoded it, with
-// json.Marshal or the same bytes (chat.appendMessageJSON), so encoding/json's compaction and
+// json.Marshal or the same bytes (live.AppendMessageJSON), so encoding/json's compaction and
 // HTML escaping of it would change nothing, and cost a pass over every byte of a page of
 // 1,000 events, besides the reflection.
 func appendSyncResponse(dst []byte, resp *protocol.SyncResponse) []byte {

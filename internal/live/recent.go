@@ -1,4 +1,4 @@
-package chat
+package live
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 	"github.com/parleychat/parley/internal/store"
 )
 
-// recentMessages keeps the newest messages of each active read-fanout conversation in
+// Recent keeps the newest messages of each active read-fanout conversation in
 // memory, so that the history pulls a large group's message sets off (every online member
 // fetching it) are answered without reading the messages from the store. It holds
 // committed messages only: a send adds its message after the commit, a recall drops the
@@ -16,7 +16,7 @@ import (
 // a conversation's window is served only up to its highest seq below which nothing is
 // missing, and only when the conversation's max_seq (read in the caller's snapshot) is
 // within it.
-type recentMessages struct {
+type Recent struct {
 	mu    sync.Mutex
 	convs map[string]*recentConv
 	// drops counts the drops (recalls): a message read before one may be the version it
@@ -39,23 +39,26 @@ const recentPerConv = 200
 const maxRecentConvs = 1024
 
 type recentConv struct {
-	made time.Time // for recentMessages.ttl
+	made time.Time // for Recent.ttl
 	msgs map[int64]store.Message
 	low  int64 // the lowest seq held; the window is low..high
 	high int64 // every seq in low..high is held
 }
 
-func newRecentMessages() *recentMessages {
-	return &recentMessages{convs: make(map[string]*recentConv)}
+// NewRecent returns an empty window. onHold, if not nil (on one of several nodes), is told
+// when a conversation is held and when it no longer is; ttl, if not zero, is how long a
+// conversation is served after it was first held (the fields of the same names).
+func NewRecent(onHold func(convID string, on bool), ttl time.Duration) *Recent {
+	return &Recent{convs: make(map[string]*recentConv), onHold: onHold, ttl: ttl}
 }
 
-// epoch returns the value to pass to add for messages about to be read or committed.
-func (r *recentMessages) epoch() uint64 { return r.drops.Load() } // no lock: every send asks
+// Epoch returns the value to pass to Add for messages about to be read or committed.
+func (r *Recent) Epoch() uint64 { return r.drops.Load() } // no lock: every send asks
 
-// add records a committed message of a read-fanout conversation, read or committed since
+// Add records a committed message of a read-fanout conversation, read or committed since
 // epoch. A conversation not held starts with it, and is then served only from its seq on.
 // If a drop came since epoch, the message may be stale: the conversation is dropped again.
-func (r *recentMessages) add(m store.Message, epoch uint64) {
+func (r *Recent) Add(m store.Message, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if epoch != r.drops.Load() {
@@ -92,8 +95,8 @@ func (r *recentMessages) add(m store.Message, epoch uint64) {
 	}
 }
 
-// drop forgets a conversation (a message of it changed).
-func (r *recentMessages) drop(convID string) {
+// Drop forgets a conversation (a message of it changed).
+func (r *Recent) Drop(convID string) {
 	r.mu.Lock()
 	r.deleteLocked(convID)
 	r.drops.Add(1)
@@ -101,7 +104,7 @@ func (r *recentMessages) drop(convID string) {
 }
 
 // deleteLocked forgets convID, if held. r.mu must be held.
-func (r *recentMessages) deleteLocked(convID string) {
+func (r *Recent) deleteLocked(convID string) {
 	if _, ok := r.convs[convID]; !ok {
 		return
 	}
@@ -111,23 +114,23 @@ func (r *recentMessages) deleteLocked(convID string) {
 	}
 }
 
-// page returns the messages of convID that History answers for q (ascending, and whether
-// there are more), visible above floor, for a conversation whose newest seq is maxSeq; ok
-// is false unless the window holds all of them. Every seq from 1 to max_seq is a stored
-// message (messages are never deleted; a recall keeps the row), so the page's bounds are
+// Page returns the messages of convID that chat.Service.History answers for a page after
+// afterSeq or, if beforeSeq > 0, below beforeSeq, of at most limit messages (ascending, and
+// whether there are more), visible above floor, for a conversation whose newest seq is
+// maxSeq; ok is false unless the window holds all of them. Every seq from 1 to max_seq is a
+// stored message (messages are never deleted; a recall keeps the row), so the page's bounds are
 // arithmetic, as the store would find them.
-func (r *recentMessages) page(convID string, maxSeq, floor int64, q HistoryQuery) (ms []store.Message, hasMore, ok bool) {
-	lower, upper := max(q.AfterSeq, floor)+1, maxSeq
-	if q.BeforeSeq > 0 {
-		lower, upper = floor+1, min(q.BeforeSeq-1, maxSeq)
+func (r *Recent) Page(convID string, maxSeq, floor, afterSeq, beforeSeq int64, limit int) (ms []store.Message, hasMore, ok bool) {
+	lower, upper := max(afterSeq, floor)+1, maxSeq
+	if beforeSeq > 0 {
+		lower, upper = floor+1, min(beforeSeq-1, maxSeq)
 	}
-	limit := int64(q.Limit)
-	if upper-lower+1 > limit {
+	if upper-lower+1 > int64(limit) {
 		hasMore = true
-		if q.BeforeSeq > 0 {
-			lower = upper - limit + 1 // the newest of the range
+		if beforeSeq > 0 {
+			lower = upper - int64(limit) + 1 // the newest of the range
 		} else {
-			upper = lower + limit - 1
+			upper = lower + int64(limit) - 1
 		}
 	}
 	if lower > upper {

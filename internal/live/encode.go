@@ -1,4 +1,4 @@
-package chat
+package live
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"github.com/parleychat/parley/protocol"
 )
 
-// appendMessageJSON appends json.Marshal(wireMessage(*m)) to dst without reflection: a
+// AppendMessageJSON appends json.Marshal(WireMessage(*m)) to dst without reflection: a
 // catch-up encodes thousands of messages, and the reflective encoder (and the decode of
 // Extra into a map and back) was most of its encoding time. The output is byte for byte
 // the reflective one's: strings are quoted as json.Marshal quotes them
@@ -17,7 +17,7 @@ import (
 // or extra with characters that encoding/json escapes) goes through json.Marshal.
 // ok is false when json.Marshal would fail (stored content that is not JSON); dst is then
 // returned unchanged.
-func appendMessageJSON(dst []byte, m *store.Message) (out []byte, ok bool) {
+func AppendMessageJSON(dst []byte, m *store.Message) (out []byte, ok bool) {
 	start := len(dst)
 	dst = append(dst, `{"conv_id":`...)
 	dst = protocol.AppendString(dst, m.ConvID)
@@ -53,11 +53,39 @@ func appendMessageJSON(dst []byte, m *store.Message) (out []byte, ok bool) {
 	if contentOK && extraOK {
 		return dst, true
 	}
-	b, err := json.Marshal(wireMessage(*m))
+	b, err := json.Marshal(WireMessage(*m))
 	if err != nil {
 		return dst[:start], false
 	}
 	return append(dst[:start], b...), true
+}
+
+// EncodeExtra encodes extra for storage, without HTML escaping to keep it compact.
+func EncodeExtra(extra map[string]string) []byte {
+	if extra == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(extra) // a map of strings always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// WireMessage converts a stored message to its wire form.
+func WireMessage(m store.Message) protocol.Message {
+	w := protocol.Message{
+		ConvID: m.ConvID, Seq: m.Seq, MsgID: m.MsgID, ClientMsgID: m.ClientMsgID,
+		SenderID: m.SenderID, ContentType: m.ContentType, CreatedAt: m.CreatedAt, Recalled: m.Recalled,
+		Mentions: m.Mentions,
+	}
+	if len(m.Content) > 0 {
+		w.Content = json.RawMessage(m.Content)
+	}
+	if len(m.Extra) > 0 {
+		_ = json.Unmarshal(m.Extra, &w.Extra) // written by Send from a map[string]string
+	}
+	return w
 }
 
 // appendRawJSON appends raw as json.Marshal encodes a json.RawMessage: null when empty,
@@ -76,9 +104,9 @@ func appendRawJSON(dst []byte, raw []byte) ([]byte, bool) {
 	return out, !needsHTMLEscape(out[len(dst):])
 }
 
-// appendExtraJSON appends extra, as chat stores it (encodeExtra: a map[string]string encoded
+// appendExtraJSON appends extra, as chat stores it (EncodeExtra: a map[string]string encoded
 // with sorted keys and without HTML escaping), the way json.Marshal encodes that map after
-// wireMessage decoded it: the same bytes unless they hold an escape sequence (decoding
+// WireMessage decoded it: the same bytes unless they hold an escape sequence (decoding
 // "\ufffd" gives a rune that json.Marshal writes as it is) or characters that json.Marshal
 // escapes for HTML, for which it returns false.
 func appendExtraJSON(dst []byte, extra []byte) ([]byte, bool) {

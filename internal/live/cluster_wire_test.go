@@ -1,15 +1,27 @@
-package chat
+package live
 
 import (
 	"context"
 	"encoding/json"
-	"github.com/parleychat/parley/internal/hub"
 	"math"
 	"slices"
 	"testing"
 
 	"github.com/parleychat/parley/internal/bus"
+	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/tasks"
 )
+
+// testCluster is a Cluster on b, with h (a new hub if nil), whose tasks end with the test.
+func testCluster(tb testing.TB, b bus.Bus, h *hub.Hub) *Cluster {
+	tb.Helper()
+	if h == nil {
+		h = hub.New()
+	}
+	g := tasks.New()
+	tb.Cleanup(g.Close)
+	return NewCluster(ClusterOptions{Bus: b, Hub: h, Node: "n_test", Tasks: g})
+}
 
 // recordingBus keeps what is published.
 type recordingBus struct {
@@ -27,10 +39,10 @@ func TestWakeEncodedAsJSONWould(t *testing.T) {
 	m := bus.NewMemory(bus.MemoryOptions{})
 	defer m.Close()
 	rec := &recordingBus{Bus: m}
-	c := newCluster(New(Options{}), rec)
+	c := testCluster(t, rec, nil)
 	for _, cursor := range []int64{1, 42, math.MaxInt64} {
 		rec.published = nil
-		c.wake("a.user@x", cursor)
+		c.Wake("a.user@x", cursor)
 		want, err := json.Marshal(busMsg{Node: c.node, Kind: kindWake, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
@@ -47,10 +59,10 @@ func TestEventEncodedAsJSONWould(t *testing.T) {
 	m := bus.NewMemory(bus.MemoryOptions{})
 	defer m.Close()
 	rec := &recordingBus{Bus: m}
-	c := newCluster(New(Options{}), rec)
+	c := testCluster(t, rec, nil)
 	body := &hub.Body{Type: "message", ConvID: "g_\"odd\u2028id", TS: 1_700_000_000_123,
 		Data: []byte(`{"conv_id":"g_x","seq":7,"content":{"text":"h\u00e9"}}`)}
-	c.event("a.user@x", 42, body)
+	c.Event("a.user@x", 42, body)
 	want, err := json.Marshal(busMsg{Node: c.node, Kind: kindEvent, Cursor: 42, TS: body.TS, Type: body.Type, Conv: body.ConvID, Data: body.Data})
 	if err != nil {
 		t.Fatal(err)

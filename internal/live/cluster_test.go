@@ -1,4 +1,4 @@
-package chat_test
+package live_test
 
 import (
 	"maps"
@@ -6,8 +6,9 @@ import (
 	"testing"
 
 	"github.com/parleychat/parley/internal/bus"
-	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/live"
+	"github.com/parleychat/parley/internal/tasks"
 )
 
 // countingBus is a bus that knows how many subscriptions each subject has.
@@ -56,7 +57,9 @@ func TestClusterSubscribesWhileInterested(t *testing.T) {
 	defer m.Close()
 	b := &countingBus{Bus: m, subs: map[string]int{}}
 	h := hub.New()
-	chat.New(chat.Options{Hub: h, Bus: b})
+	g := tasks.New()
+	defer g.Close()
+	h.SetInterest(live.NewCluster(live.ClusterOptions{Bus: b, Hub: h, Node: "n_test", Tasks: g}))
 	want := func(step string, subjects ...string) {
 		t.Helper()
 		w := map[string]int{"parley.revoke": 1}

@@ -1,18 +1,14 @@
-package chat
+package live
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/store"
-	"github.com/parleychat/parley/internal/store/sqlite"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -23,9 +19,9 @@ func TestBusMessageEncodesAgainWhatItChecked(t *testing.T) {
 	good := store.Message{ConvID: "g_abc", Seq: 7, MsgID: "m_x1", ClientMsgID: "c-1", SenderID: "bob", ContentType: 1,
 		Content: []byte(`{"text":"<b>hi</b>"}`), CreatedAt: 1700000000000}
 	withExtra := good
-	withExtra.Extra, withExtra.Mentions = encodeExtra(map[string]string{"k": "v\u2028"}), []string{"alice"}
+	withExtra.Extra, withExtra.Mentions = EncodeExtra(map[string]string{"k": "v\u2028"}), []string{"alice"}
 	for name, m := range map[string]store.Message{"plain": good, "extra and mentions": withExtra} {
-		payload, ok := appendMessageJSON(nil, &m)
+		payload, ok := AppendMessageJSON(nil, &m)
 		if !ok {
 			t.Fatal(name, "encode")
 		}
@@ -35,7 +31,7 @@ func TestBusMessageEncodesAgainWhatItChecked(t *testing.T) {
 		}
 	}
 
-	payload, _ := appendMessageJSON(nil, &good)
+	payload, _ := AppendMessageJSON(nil, &good)
 	p := string(payload)
 	for name, data := range map[string]string{
 		"another conversation": strings.Replace(p, `"g_abc"`, `"g_other"`, 1),
@@ -56,98 +52,6 @@ func TestBusMessageEncodesAgainWhatItChecked(t *testing.T) {
 	}
 }
 
-// TestBusRaisesRebuildCountsAtMostEveryFewSeconds: a raise of a user the counts do not
-// hold, or a member change, told by the bus makes a group's counts stale only once
-// rebuildEvery has passed since they were built, so that forged positions cannot make a
-// node read a large group's members again and again; the same raise committed here drops
-// them at once, as before.
-func TestBusRaisesRebuildCountsAtMostEveryFewSeconds(t *testing.T) {
-	rc := newReadCounts()
-	members := []store.Member{{UserID: "alice"}, {UserID: "bob", ReadSeq: 3, DeliveredSeq: 3}}
-	rc.startBuild("g_1")(members)
-	held := func() bool { _, _, _, ok := rc.count("g_1", "alice", 1); return ok }
-
-	rc.advanceElsewhere("g_1", "mallory", 9, 9)
-	rc.forgetSoon("g_1")
-	if !held() {
-		t.Fatal("counts dropped by the bus at once")
-	}
-	if _, read, _, _ := rc.count("g_1", "alice", 3); read != 1 {
-		t.Fatalf("read of seq 3 = %d, want 1: a raise of a user not counted changed the counts", read)
-	}
-	sh := rc.shard("g_1")
-	sh.mu.Lock()
-	sh.convs["g_1"].built = time.Now().Add(-rebuildEvery) // as if built rebuildEvery ago
-	sh.mu.Unlock()
-	rc.forgetSoon("g_1")
-	if held() {
-		t.Fatal("counts kept after a member change elsewhere, rebuildEvery after their build")
-	}
-
-	rc.startBuild("g_1")(members)
-	rc.advance("g_1", "mallory", 9, 9) // committed here: a join not applied yet
-	if held() {
-		t.Fatal("a raise committed here of a user not counted kept the counts")
-	}
-}
-
-// TestReceiptsForgetSendersWhoLeft: a sender removed from a group is dropped from what the
-// receipts pushes hold of it, and the group is dropped with its last sender.
-func TestReceiptsForgetSendersWhoLeft(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	s := New(Options{Store: st, Hub: hub.New(), Signer: auth.NewSigner([]byte("0123456789abcdef0123456789abcdef")), Config: DefaultConfig()})
-	for _, u := range []string{"alice", "bob", "carol"} {
-		if _, _, err := s.CreateUser(ctx, u, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	alice, bob := Identity{UserID: "alice", DeviceID: "p"}, Identity{UserID: "bob", DeviceID: "p"}
-	g, err := s.CreateConversation(ctx, alice, protocol.CreateConversationRequest{Type: "group", Members: []string{"bob", "carol"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, who := range []Identity{alice, bob} {
-		req := protocol.SendRequest{ConvID: g.ConvID, ClientMsgID: "m" + string(rune('0'+i)), ContentType: 1, Content: []byte(`"x"`)}
-		if _, err := s.Send(ctx, who, req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	senders := func() []string {
-		r := s.receipts.shard(g.ConvID)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		var out []string
-		if c := r.convs[g.ConvID]; c != nil {
-			for u := range c.sent {
-				out = append(out, u)
-			}
-		}
-		return out
-	}
-	if got := senders(); len(got) != 2 {
-		t.Fatalf("senders held %v, want alice and bob", got)
-	}
-	if _, err := s.UpdateMembers(ctx, alice, g.ConvID, protocol.MembersRequest{Remove: []string{"bob"}}); err != nil {
-		t.Fatal(err)
-	}
-	if got := senders(); len(got) != 1 || got[0] != "alice" {
-		t.Fatalf("senders held after bob left: %v, want alice only", got)
-	}
-	s.membersLeft(g.ConvID, []string{"alice"})
-	r := s.receipts.shard(g.ConvID)
-	r.mu.Lock()
-	_, still := r.convs[g.ConvID]
-	r.mu.Unlock()
-	if still {
-		t.Fatal("the group is held with no sender left")
-	}
-}
-
 // BenchmarkBusReceiveEvent measures what a node does with a message event from another
 // node for one recipient (kindEvent: decode, check, encode again, publish to the hub), per
 // message per recipient: "checked" is the node's path, "trusted" the same without the
@@ -157,13 +61,12 @@ func BenchmarkBusReceiveEvent(b *testing.B) {
 	defer m.Close()
 	rec := &recordingBus{Bus: m}
 	h := hub.New()
-	s := New(Options{Hub: h})
-	c := newCluster(s, rec)
+	c := testCluster(b, rec, h)
 	msg := store.Message{ConvID: "g_abcdefghijklmnopqrstuvwxyz", Seq: 1234, MsgID: "m_abcdefghijklmnopqrstuvwxyz",
 		ClientMsgID: "c-0001", SenderID: "bob", ContentType: 1, Content: []byte(`{"text":"hello there, how are you today?"}`),
 		CreatedAt: 1_700_000_000_123}
-	payload, _ := appendMessageJSON(nil, &msg)
-	c.event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: msg.ConvID, TS: msg.CreatedAt, Data: payload})
+	payload, _ := AppendMessageJSON(nil, &msg)
+	c.Event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: msg.ConvID, TS: msg.CreatedAt, Data: payload})
 	data := rec.published[0]
 	c.node = "n_receiver" // the message is another node's
 	sub := h.Watch("alice", 1<<20, func() {})
@@ -200,10 +103,10 @@ func TestReadUserMsgAgreesWithDecode(t *testing.T) {
 	m := bus.NewMemory(bus.MemoryOptions{})
 	defer m.Close()
 	rec := &recordingBus{Bus: m}
-	c := newCluster(New(Options{}), rec)
-	c.wake("alice", 1)
-	c.wake("alice", protocol.MaxSafeInteger)
-	c.event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: "g_x", TS: 1_700_000_000_123, Data: []byte(`{"conv_id":"g_x","seq":7}`)})
+	c := testCluster(t, rec, nil)
+	c.Wake("alice", 1)
+	c.Wake("alice", protocol.MaxSafeInteger)
+	c.Event("alice", 42, &hub.Body{Type: protocol.EventMessage, ConvID: "g_x", TS: 1_700_000_000_123, Data: []byte(`{"conv_id":"g_x","seq":7}`)})
 	for _, data := range rec.published {
 		got, node, ok := readUserMsg(data)
 		var want busMsg

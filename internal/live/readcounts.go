@@ -1,4 +1,4 @@
-package chat
+package live
 
 import (
 	"hash/maphash"
@@ -9,7 +9,7 @@ import (
 	"github.com/parleychat/parley/internal/store"
 )
 
-// readCounts answers "read by N of M" for the groups that show counts only (no readers'
+// ReadCounts answers "read by N of M" for the groups that show counts only (no readers'
 // names), without scanning their members: for each conversation whose receipts were asked
 // for, every member's read and delivered positions, and the two multisets of them
 // (rank.Multiset), so that a count is O(log M). It holds committed positions only: it is
@@ -18,13 +18,13 @@ import (
 // larger of two values in any order gives the same state: position changes that overtake a
 // build are applied to it once it is done, and a build that a member change overtook is
 // thrown away rather than installed. Member changes add and remove
-// members (changeMembers), so that a group with steady joins is not counted from all its
+// members (ChangeMembers), so that a group with steady joins is not counted from all its
 // members again and again. On several nodes the raises other nodes commit reach it
 // through the bus, and their member changes drop the conversation (cluster.go).
 //
 // Every send and read goes through it, so it is split in shards by conversation, each with
 // its own lock, like the hub: no lock is shared by the sends of all conversations.
-type readCounts struct {
+type ReadCounts struct {
 	seed   maphash.Seed
 	shards [countShards]countShard
 	// onHold, if set (on one of several nodes), is told whether a group is held or being
@@ -52,9 +52,9 @@ const maxCountedMembers = 1 << 20
 type convCounts struct {
 	pos             map[string][2]int64 // user -> read, delivered
 	read, delivered rank.Multiset
-	built           time.Time // for readCounts.ttl
+	built           time.Time // for ReadCounts.ttl
 	// staleAt, if not zero, is when they are dropped, to be built again: another node
-	// told of a change they may miss (forgetSoon). Not before rebuildEvery after built.
+	// told of a change they may miss (ForgetSoon). Not before rebuildEvery after built.
 	staleAt time.Time
 }
 
@@ -68,7 +68,7 @@ const rebuildEvery = 5 * time.Second
 type buildInFlight struct {
 	n      int  // builds under way
 	stale  bool // a member change came meanwhile: their snapshots may miss it
-	soon   bool // one on another node came meanwhile: installed, they go stale (forgetSoon)
+	soon   bool // one on another node came meanwhile: installed, they go stale (ForgetSoon)
 	raised []raise
 }
 
@@ -80,24 +80,27 @@ type buildInFlight struct {
 type raise struct {
 	user            string
 	read, delivered int64
-	remote          bool // told by another node (advanceElsewhere)
+	remote          bool // told by another node (AdvanceElsewhere)
 }
 
-func newReadCounts() *readCounts {
-	r := &readCounts{seed: maphash.MakeSeed()}
+// NewReadCounts returns counts that hold nothing yet. onHold, if not nil (on one of several
+// nodes), is told whether a group is held or being built; ttl, if not zero, is how long
+// counts are used after they were built (the fields of the same names).
+func NewReadCounts(onHold func(convID string, on bool), ttl time.Duration) *ReadCounts {
+	r := &ReadCounts{seed: maphash.MakeSeed(), onHold: onHold, ttl: ttl}
 	for i := range r.shards {
 		r.shards[i] = countShard{convs: make(map[string]*convCounts), building: make(map[string]*buildInFlight)}
 	}
 	return r
 }
 
-func (rc *readCounts) shard(convID string) *countShard {
+func (rc *ReadCounts) shard(convID string) *countShard {
 	return &rc.shards[maphash.String(rc.seed, convID)%countShards]
 }
 
-// count returns, for conversation convID, how many members other than sender there are,
+// Count returns, for conversation convID, how many members other than sender there are,
 // and how many of them have read and received seq; ok is false if it is not held.
-func (rc *readCounts) count(convID, sender string, seq int64) (members, read, delivered int, ok bool) {
+func (rc *ReadCounts) Count(convID, sender string, seq int64) (members, read, delivered int, ok bool) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -123,9 +126,9 @@ func (rc *readCounts) count(convID, sender string, seq int64) (members, read, de
 	return members, read, delivered, true
 }
 
-// startBuild registers a build of convID about to read its members; the returned function
+// StartBuild registers a build of convID about to read its members; the returned function
 // installs what was read, unless a change overtook it.
-func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
+func (rc *ReadCounts) StartBuild(convID string) (install func([]store.Member)) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	b := r.building[convID]
@@ -177,18 +180,18 @@ func (rc *readCounts) startBuild(convID string) (install func([]store.Member)) {
 	}
 }
 
-// advance raises user's positions in convID to at least read and delivered, after a commit.
-func (rc *readCounts) advance(convID, user string, read, delivered int64) {
+// Advance raises user's positions in convID to at least read and delivered, after a commit.
+func (rc *ReadCounts) Advance(convID, user string, read, delivered int64) {
 	rc.raise(convID, raise{user: user, read: read, delivered: delivered})
 }
 
-// advanceElsewhere is advance for a commit another node told of: a raise of a user the
-// counts do not hold makes them stale (forgetSoon) rather than dropped at once.
-func (rc *readCounts) advanceElsewhere(convID, user string, read, delivered int64) {
+// AdvanceElsewhere is Advance for a commit another node told of: a raise of a user the
+// counts do not hold makes them stale (ForgetSoon) rather than dropped at once.
+func (rc *ReadCounts) AdvanceElsewhere(convID, user string, read, delivered int64) {
 	rc.raise(convID, raise{user: user, read: read, delivered: delivered, remote: true})
 }
 
-func (rc *readCounts) raise(convID string, x raise) {
+func (rc *ReadCounts) raise(convID string, x raise) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -211,7 +214,7 @@ func (r *countShard) raiseLocked(convID string, c *convCounts, x raise) {
 		return
 	}
 	if !in {
-		r.dropLocked(convID) // a join not applied yet: see changeMembers
+		r.dropLocked(convID) // a join not applied yet: see ChangeMembers
 		return
 	}
 	if read > p[0] {
@@ -227,17 +230,17 @@ func (r *countShard) raiseLocked(convID string, c *convCounts, x raise) {
 	c.pos[user] = p
 }
 
-// changeMembers applies a committed member change to convID: the members joined, with
+// ChangeMembers applies a committed member change to convID: the members joined, with
 // their positions as the change wrote them, are counted and the users in left are not, so
 // that a group with steady joins is not counted again from all its members each time.
 //
 // Changes are applied after their commits, in whatever order the callers get here, so
 // what it finds tells whether that order was the commits': a joiner already held, a leaver
-// not held, or (in advance) a position of a member not held means a change and a position
+// not held, or (in Advance) a position of a member not held means a change and a position
 // update crossed (a leave and a join again of one user, a read by a joiner before the
 // join is applied). It then drops the conversation, to be counted again from a snapshot
 // when next asked; that is rare, and the counts are never wrong.
-func (rc *readCounts) changeMembers(convID string, joined []store.Member, left []string) {
+func (rc *ReadCounts) ChangeMembers(convID string, joined []store.Member, left []string) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -282,11 +285,11 @@ func (r *countShard) dropLocked(convID string) {
 	}
 }
 
-// forgetSoon is for a member change another node told of, which sends the change, not the
+// ForgetSoon is for a member change another node told of, which sends the change, not the
 // members: the counts held are dropped, and the builds under way installed but dropped, once rebuildEvery has passed
 // since they were built, so that the bus never makes this node rebuild a conversation's
 // counts more often than that.
-func (rc *readCounts) forgetSoon(convID string) {
+func (rc *ReadCounts) ForgetSoon(convID string) {
 	r := rc.shard(convID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -312,8 +315,8 @@ func (c *convCounts) staleSoon() {
 
 // held tells onHold whether convID is held or being built in r, its shard. r.mu must be
 // held.
-func (rc *readCounts) held(r *countShard, convID string) {
-	if rc.onHold != nil && isGroupID(convID) {
+func (rc *ReadCounts) held(r *countShard, convID string) {
+	if rc.onHold != nil && IsGroupID(convID) {
 		rc.onHold(convID, r.convs[convID] != nil || r.building[convID] != nil)
 	}
 }

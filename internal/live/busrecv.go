@@ -1,4 +1,4 @@
-package chat
+package live
 
 import (
 	"bytes"
@@ -18,11 +18,11 @@ import (
 //
 //   - a message (an event of a user's log, or a read-fanout conversation's push) is decoded
 //     into its typed fields, each checked for its documented form, and encoded again by
-//     this node's own encoder (appendMessageJSON); its conversation must be the one the bus
+//     this node's own encoder (AppendMessageJSON); its conversation must be the one the bus
 //     message names (the subject, for a room's);
 //   - a receipts push is carried as its typed counts, checked, and encoded here;
 //   - a revocation is a hint to read the user's token generation from the store, which is
-//     what the node acts on (onRevoke);
+//     what the node acts on (onRevoke, then chat's Revocations);
 //   - "device connected" must name a device in the id's form, at a time not ahead of this
 //     node's clock by more than deviceSkew.
 //
@@ -49,8 +49,8 @@ const deviceSkew = 5 * time.Second
 const maxMessageBytes = protocol.MaxFrameBytes
 
 // reject counts a bus message refused for reason.
-func (c *cluster) reject(reason string) {
-	if o, ok := c.s.obs.(busRejecter); ok {
+func (c *Cluster) reject(reason string) {
+	if o, ok := c.obs.(busRejecter); ok {
 		o.BusRejected(reason)
 	}
 }
@@ -87,16 +87,16 @@ func busMessage(convID string, data []byte) (m store.Message, payload []byte, ok
 	}
 	m = store.Message{
 		ConvID: w.ConvID, Seq: w.Seq, MsgID: w.MsgID, ClientMsgID: w.ClientMsgID, SenderID: w.SenderID,
-		ContentType: w.ContentType, Content: w.Content, Extra: encodeExtra(w.Extra), CreatedAt: w.CreatedAt,
+		ContentType: w.ContentType, Content: w.Content, Extra: EncodeExtra(w.Extra), CreatedAt: w.CreatedAt,
 		Recalled: w.Recalled, Mentions: w.Mentions,
 	}
-	payload, ok = appendMessageJSON(make([]byte, 0, len(data)+16), &m)
+	payload, ok = AppendMessageJSON(make([]byte, 0, len(data)+16), &m)
 	return m, payload, ok
 }
 
 // eventBody is the hub body of the message event m announces (kindEvent), rebuilt from its
 // checked fields; ok is false when they do not hold.
-func (c *cluster) eventBody(m *busMsg) (*hub.Body, bool) {
+func (c *Cluster) eventBody(m *busMsg) (*hub.Body, bool) {
 	if m.Type != protocol.EventMessage || !validPos(m.Cursor) {
 		return nil, false
 	}
@@ -109,7 +109,7 @@ func (c *cluster) eventBody(m *busMsg) (*hub.Body, bool) {
 
 // roomBody is the hub body of the read-fanout message of convID that m hands over
 // (kindMessage), rebuilt from its checked fields; ok is false when they do not hold.
-func (c *cluster) roomBody(convID string, m *busMsg) (*hub.Body, bool) {
+func (c *Cluster) roomBody(convID string, m *busMsg) (*hub.Body, bool) {
 	msg, payload, ok := busMessage(convID, m.Data)
 	if !ok || msg.Seq != m.Seq || msg.SenderID != m.User || msg.CreatedAt != m.TS || len(m.Users) > protocol.MaxMentions+1 {
 		return nil, false
@@ -119,12 +119,21 @@ func (c *cluster) roomBody(convID string, m *busMsg) (*hub.Body, bool) {
 			return nil, false
 		}
 	}
-	return &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: msg.CreatedAt, Data: messageFrame(payload), Skip: m.Users}, true
+	return &hub.Body{Type: protocol.OpMessage, ConvID: convID, TS: msg.CreatedAt, Data: MessageFrame(payload), Skip: m.Users}, true
 }
 
-// receiptsBody is the hub body of a receipts push of convID with rs, encoded here: of the
+// MessageFrame returns the push of a read-fanout message, {"op":"message","message":...},
+// around payload, the message's encoding.
+func MessageFrame(payload []byte) []byte {
+	frame := make([]byte, 0, len(payload)+32)
+	frame = append(frame, `{"op":"message","message":`...)
+	frame = append(frame, payload...)
+	return append(frame, '}')
+}
+
+// ReceiptsBody is the hub body of a receipts push of convID with rs, encoded here: of the
 // counts this node computed, or of those another node sent once checked (receiptsValid).
-func receiptsBody(convID string, rs []protocol.Receipts) (*hub.Body, bool) {
+func ReceiptsBody(convID string, rs []protocol.Receipts) (*hub.Body, bool) {
 	data, err := json.Marshal(protocol.ReceiptsPush{Op: protocol.OpReceipts, ConvID: convID, Receipts: rs})
 	if err != nil {
 		return nil, false // cannot happen: plain numbers
@@ -135,7 +144,7 @@ func receiptsBody(convID string, rs []protocol.Receipts) (*hub.Body, bool) {
 // receiptsValid reports whether m is a receipts push as a node sends one (kindEphemeral):
 // of a group, with 1 to MaxReceiptsPushed counts, each of a seq and within its members.
 func receiptsValid(m *busMsg) bool {
-	if m.Type != protocol.OpReceipts || !protocol.ValidConvID(m.Conv) || !isGroupID(m.Conv) ||
+	if m.Type != protocol.OpReceipts || !protocol.ValidConvID(m.Conv) || !IsGroupID(m.Conv) ||
 		len(m.Receipts) == 0 || len(m.Receipts) > protocol.MaxReceiptsPushed {
 		return false
 	}
@@ -155,7 +164,7 @@ func deviceValid(m *busMsg, now time.Time) bool {
 	return protocol.ValidDeviceID(m.Device) && m.Since > 0 && m.Since <= now.Add(deviceSkew).UnixNano()
 }
 
-// readUserMsg reads a wake-up or a message event laid out exactly as wake and event write
+// readUserMsg reads a wake-up or a message event laid out exactly as Wake and Event write
 // them, without reflection: one of them arrives per message per recipient online here.
 // ok is false for anything else, which decode reads with encoding/json (the two agree on
 // whatever readUserMsg reads: TestReadUserMsgAgreesWithDecode). node is the sender's id,
@@ -229,17 +238,12 @@ const roomAhead = 1024
 // plausibleSeq reports whether seq, a message of convID from the bus, is one its room here
 // may take: within roomAhead of what the room knows, or, past that, at most the
 // conversation's max_seq in the store (read only then).
-func (c *cluster) plausibleSeq(convID string, seq int64) bool {
-	top, known := c.s.hub.RoomSeq(convID)
+func (c *Cluster) plausibleSeq(convID string, seq int64) bool {
+	top, known := c.hub.RoomSeq(convID)
 	if !known || seq <= top+roomAhead {
 		return true
 	}
-	var maxSeq int64
-	ctx := c.s.bg.Context() // a bus delivery has no caller: the Service's lifetime bounds it
-	err := c.s.view(ctx, "check a room message", func(tx store.ReadTx) error {
-		conv, err := loadConv(ctx, tx, convID)
-		maxSeq = conv.MaxSeq
-		return err
-	})
+	// A bus delivery has no caller: the owner's lifetime (Tasks) bounds it.
+	maxSeq, err := c.convs.MaxSeq(c.tasks.Context(), convID)
 	return err == nil && seq <= maxSeq
 }
