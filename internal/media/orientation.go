@@ -95,6 +95,10 @@ func exifOrientation(tiff []byte) (o orientation) {
 		if ite.TagId() != tagOrientation || !ite.IfdIdentity().Equals(exifcommon.IfdStandardIfdIdentity) {
 			return nil
 		}
+		// One SHORT by the spec; a forged count would make go-exif read count*2 bytes.
+		if ite.UnitCount() != 1 {
+			return errFound
+		}
 		if v, err := ite.Value(); err == nil {
 			if s, ok := v.([]uint16); ok && len(s) > 0 && s[0] >= 1 && s[0] <= 8 {
 				o = orientation(s[0])
