@@ -12,5 +12,6 @@ var (
 	ErrConflict     = errors.New("conflict")             // 409
 	ErrGone         = errors.New("gone")                 // 410
 	ErrTooLarge     = errors.New("too large")            // 413
+	ErrQuota        = errors.New("quota exceeded")       // 429
 	ErrUnavailable  = errors.New("not persisted, retry") // 503
 )

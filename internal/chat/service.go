@@ -35,6 +35,10 @@ type Config struct {
 	// MaxPushDevices is how many devices of one user may be registered for push; a
 	// registration past it is ErrConflict. Default 20.
 	MaxPushDevices int
+	// MaxUploadSize is the largest attachment, in bytes; default 100 MiB.
+	MaxUploadSize int64
+	// UploadQuota is how many bytes one user may upload in 24 hours; default 1 GiB.
+	UploadQuota int64
 }
 
 // DefaultConfig returns the defaults of docs/protocol.md.
@@ -46,6 +50,8 @@ func DefaultConfig() Config {
 		DefaultTokenTTL: 30 * 24 * time.Hour,
 		WriteFanoutMax:  500,
 		MaxPushDevices:  20,
+		MaxUploadSize:   100 << 20,
+		UploadQuota:     1 << 30,
 	}
 }
 
@@ -64,6 +70,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("write fanout max must be at least 2")
 	case c.MaxPushDevices < 1:
 		return fmt.Errorf("max push devices must be at least 1")
+	case c.MaxUploadSize < 1:
+		return fmt.Errorf("max upload size must be at least 1 byte")
+	case c.UploadQuota < c.MaxUploadSize:
+		return fmt.Errorf("the upload quota must be at least the max upload size")
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func (o *outbox) count() int {
 }
 
 // domainErrors are the sentinels a Service method may return as they are.
-var domainErrors = []error{ErrInvalid, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrConflict, ErrGone, ErrTooLarge, ErrUnavailable}
+var domainErrors = []error{ErrInvalid, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrConflict, ErrGone, ErrTooLarge, ErrQuota, ErrUnavailable}
 
 // isDomain reports whether err already wraps a domain sentinel.
 func isDomain(err error) bool {

@@ -61,6 +61,8 @@ func statusOf(err error) int {
 		return http.StatusGone
 	case errors.Is(err, chat.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, chat.ErrQuota):
+		return http.StatusTooManyRequests
 	case errors.Is(err, chat.ErrUnavailable):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

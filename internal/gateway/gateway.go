@@ -35,6 +35,7 @@ type Options struct {
 	Metrics     *metrics.Metrics // default: a fresh metrics.New()
 	Push        Push             // nil: offline push is off (push.go)
 	Presence    Presence         // told which devices take events live; nil: nobody is
+	Attachments Attachments      // nil: attachments are off and their routes answer 404
 }
 
 // Gateway serves the Parley API. It implements http.Handler; Shutdown drains it.
@@ -44,8 +45,9 @@ type Gateway struct {
 	cfg         Config
 	log         *slog.Logger
 	met         *metrics.Metrics
-	push        Push     // nil when off
-	presence    Presence // never nil
+	push        Push        // nil when off
+	presence    Presence    // never nil
+	attachments Attachments // nil when off
 	mux         *http.ServeMux
 	upgrader    websocket.Upgrader
 	requests    *limiter      // nil when off
@@ -99,6 +101,7 @@ func New(o Options) *Gateway {
 		met:         o.Metrics,
 		push:        o.Push,
 		presence:    o.Presence,
+		attachments: o.Attachments,
 		mux:         http.NewServeMux(),
 		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
 		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
@@ -152,6 +155,8 @@ func (g *Gateway) routes() {
 	m.Handle("GET /v1/sync/snapshot", g.client(g.snapshot))
 	m.Handle("GET /v1/sync", g.client(g.sync))
 	m.HandleFunc("GET /v1/ws", g.serveWS)
+
+	g.attachmentRoutes()
 
 	m.HandleFunc("GET /healthz", g.healthz)
 	m.Handle("GET /metrics", g.timely(g.met.Handler()))

@@ -233,7 +233,9 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
 	case http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterOf(err)))
+		if ra := retryAfterOf(err); ra > 0 { // a quota has no retry time to promise
+			w.Header().Set("Retry-After", strconv.Itoa(ra))
+		}
 	}
 	g.writeJSON(w, code, protocol.ErrorBody{Code: code, Error: errorMessage(err, code)})
 }
