@@ -21,31 +21,6 @@ const quotaWindow = 24 * time.Hour
 // for one the caller may not see: a stranger must not learn which ids exist.
 var errNoAttachment = notFound("no such attachment")
 
-// errNoAttachments answers every attachment call on a store that keeps none.
-var errNoAttachments = fmt.Errorf("%w: this store keeps no attachments", ErrUnavailable)
-
-// attachmentTx returns tx's attachment rows, on a store whose transactions keep them.
-func attachmentTx(tx store.ReadTx) (store.AttachmentReader, error) {
-	if a, ok := tx.(store.AttachmentReader); ok {
-		return a, nil
-	}
-	return nil, errNoAttachments
-}
-
-// attachmentWriteTx is attachmentTx for writing.
-func attachmentWriteTx(tx store.Tx) (interface {
-	store.AttachmentReader
-	store.AttachmentWriter
-}, error) {
-	if a, ok := tx.(interface {
-		store.AttachmentReader
-		store.AttachmentWriter
-	}); ok {
-		return a, nil
-	}
-	return nil, errNoAttachments
-}
-
 // NewAttachmentID returns a fresh attachment id.
 func NewAttachmentID() string { return newID("a_") }
 
@@ -65,11 +40,7 @@ func (s *Service) CreateUpload(ctx context.Context, me Identity, id string, size
 	}
 	now := s.nowMS()
 	return s.update(ctx, "create upload", func(tx store.Tx, _ *outbox) error {
-		atx, err := attachmentWriteTx(tx)
-		if err != nil {
-			return err
-		}
-		used, err := atx.AttachmentUsage(ctx, me.UserID, now-quotaWindow.Milliseconds())
+		used, err := tx.AttachmentUsage(ctx, me.UserID, now-quotaWindow.Milliseconds())
 		if err != nil {
 			return err
 		}
@@ -77,7 +48,7 @@ func (s *Service) CreateUpload(ctx context.Context, me Identity, id string, size
 			return fmt.Errorf("%w: the upload quota of %d bytes a day is used up (%d bytes in the last 24 hours)",
 				ErrQuota, s.cfg.UploadQuota, used)
 		}
-		return atx.CreateAttachment(ctx, store.Attachment{
+		return tx.CreateAttachment(ctx, store.Attachment{
 			ID: id, OwnerID: me.UserID, State: store.AttachmentUploading, Size: size, CreatedAt: now, IdleSince: now,
 		})
 	})
@@ -103,11 +74,7 @@ func (s *Service) OwnUpload(ctx context.Context, me Identity, id string) (store.
 func (s *Service) CompleteUpload(ctx context.Context, id string, meta store.AttachmentMeta) error {
 	meta.CompletedAt = s.nowMS()
 	return s.update(ctx, "complete upload", func(tx store.Tx, _ *outbox) error {
-		atx, err := attachmentWriteTx(tx)
-		if err != nil {
-			return err
-		}
-		err = atx.CompleteAttachment(ctx, id, meta)
+		err := tx.CompleteAttachment(ctx, id, meta)
 		if errors.Is(err, store.ErrNotFound) {
 			return errNoAttachment
 		}
@@ -147,11 +114,7 @@ func seesRef(ctx context.Context, tx store.ReadTx, user, id string) (bool, error
 	afterConv, afterSeq := "", int64(0)
 	lastConv, member := "", (*store.Member)(nil)
 	for {
-		atx, err := attachmentTx(tx)
-		if err != nil {
-			return false, err
-		}
-		refs, err := atx.AttachmentRefs(ctx, id, afterConv, afterSeq, refsPage)
+		refs, err := tx.AttachmentRefs(ctx, id, afterConv, afterSeq, refsPage)
 		if err != nil || len(refs) == 0 {
 			return false, err
 		}
@@ -179,11 +142,7 @@ func (s *Service) readAttachment(ctx context.Context, tx store.ReadTx, id string
 	if !protocol.ValidAttachmentID(id) {
 		return store.Attachment{}, errNoAttachment
 	}
-	atx, err := attachmentTx(tx)
-	if err != nil {
-		return store.Attachment{}, err
-	}
-	a, err := atx.Attachment(ctx, id)
+	a, err := tx.Attachment(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.State == store.AttachmentDeleting {
 		return store.Attachment{}, errNoAttachment
 	}
@@ -195,11 +154,8 @@ func (s *Service) readAttachment(ctx context.Context, tx store.ReadTx, id string
 func (s *Service) IdleAttachments(ctx context.Context, before time.Time, limit int) ([]store.Attachment, error) {
 	var out []store.Attachment
 	err := s.view(ctx, "idle attachments", func(tx store.ReadTx) error {
-		atx, err := attachmentTx(tx)
-		if err != nil {
-			return err
-		}
-		out, err = atx.IdleAttachments(ctx, before.UnixMilli(), limit)
+		var err error
+		out, err = tx.IdleAttachments(ctx, before.UnixMilli(), limit)
 		return err
 	})
 	return out, err
@@ -211,11 +167,8 @@ func (s *Service) IdleAttachments(ctx context.Context, before time.Time, limit i
 func (s *Service) StartDeletingAttachment(ctx context.Context, id string, before time.Time) (bool, error) {
 	var ok bool
 	err := s.update(ctx, "mark attachment deleting", func(tx store.Tx, _ *outbox) error {
-		atx, err := attachmentWriteTx(tx)
-		if err != nil {
-			return err
-		}
-		ok, err = atx.MarkAttachmentDeleting(ctx, id, before.UnixMilli())
+		var err error
+		ok, err = tx.MarkAttachmentDeleting(ctx, id, before.UnixMilli())
 		if errors.Is(err, store.ErrNotFound) {
 			ok, err = false, nil
 		}
@@ -227,11 +180,7 @@ func (s *Service) StartDeletingAttachment(ctx context.Context, id string, before
 // FinishDeletingAttachment removes the row of an attachment whose blobs are gone.
 func (s *Service) FinishDeletingAttachment(ctx context.Context, id string) error {
 	return s.update(ctx, "delete attachment", func(tx store.Tx, _ *outbox) error {
-		atx, err := attachmentWriteTx(tx)
-		if err != nil {
-			return err
-		}
-		if err := atx.DeleteAttachment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := tx.DeleteAttachment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 		return nil

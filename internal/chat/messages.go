@@ -297,7 +297,7 @@ func (s *Service) Recall(ctx context.Context, me Identity, convID string, seq in
 		case s.now().Sub(time.UnixMilli(m.CreatedAt)) > s.cfg.RecallWindow:
 			return fmt.Errorf("%w: the recall window of %s has passed", ErrForbidden, s.cfg.RecallWindow)
 		}
-		if err := tx.RecallMessage(ctx, convID, seq); err != nil {
+		if err := tx.RecallMessage(ctx, convID, seq, s.nowMS()); err != nil {
 			return err
 		}
 		members, err := tx.Members(ctx, convID)

@@ -96,6 +96,9 @@ type AppendView struct {
 	Conv *Conversation
 	// Sender is the sender's member row as readers see it; nil when not a member.
 	Sender *Member
+	// Attachment is, when m.AttachmentID is set, that attachment's row as readers see it;
+	// nil when it does not exist. The rule stops here when it is not sendable.
+	Attachment *Attachment
 	// Members are, for a write-fanout conversation, every member's row in Members order,
 	// the sender's included. Unused in a read-fanout conversation, whose only member row
 	// an append touches is the sender's.
@@ -126,6 +129,10 @@ type AppendPlan struct {
 	// whether After[i] differs from the row read.
 	After   []Member
 	Changed []bool
+	// Attachment is, when the message carries one, the attachment's row after the append:
+	// Refs one more, IdleSince 0. A backend with several writers applies it as an increment
+	// on the row it checked and locked, not as a write of these values.
+	Attachment *Attachment
 	// The message events to write are one per Appended.Events: type EventMessage, in the
 	// delivery's user's log under its cursor, with m's ConvID, Seq and CreatedAt as TS.
 }
@@ -143,7 +150,7 @@ func (p *AppendPlan) Event(d Delivery) Event {
 // writes p in one atomic step. DecideAppend reads and writes nothing else, so the same
 // rows give the same plan on every backend.
 func DecideAppend(m Message, v *AppendView, p *AppendPlan) error {
-	p.Appended, p.Conv = Appended{}, Conversation{}
+	p.Appended, p.Conv, p.Attachment = Appended{}, Conversation{}, nil
 	p.After, p.Changed = p.After[:0], p.Changed[:0]
 	if v.Original != nil {
 		p.Appended = Appended{Message: *v.Original, Duplicate: true}
@@ -151,6 +158,15 @@ func DecideAppend(m Message, v *AppendView, p *AppendPlan) error {
 	}
 	if v.Conv == nil || v.Sender == nil {
 		return ErrNotMember
+	}
+	if m.AttachmentID != "" {
+		a := v.Attachment
+		if a == nil || a.ID != m.AttachmentID || a.OwnerID != m.SenderID || a.State != AttachmentComplete {
+			return ErrBadAttachment
+		}
+		after := *a
+		after.Refs, after.IdleSince = a.Refs+1, 0
+		p.Attachment = &after
 	}
 	c := *v.Conv
 	members, recipients := v.Members, len(v.Members)

@@ -14,10 +14,6 @@ const (
 	AttachmentDeleting  AttachmentState = 3
 )
 
-// A store keeps attachments when its transactions implement AttachmentReader (read
-// transactions) and AttachmentWriter too (read-write ones): a capability, like those of
-// optional.go, until every backend has it.
-
 // Attachment is one uploaded file: who uploaded it, what the server found in its bytes, and
 // how many messages carry it. The bytes are in the blob store, never here.
 type Attachment struct {

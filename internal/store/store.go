@@ -24,6 +24,9 @@ var (
 	// ErrUnavailable: the transaction could not be made durable (I/O error, closed store,
 	// commit failure). Nothing of it is visible; the caller may retry.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrBadAttachment: an appended message names an attachment that does not exist, is not
+	// the sender's, or is not complete. Nothing is stored.
+	ErrBadAttachment = errors.New("store: attachment unknown, not the sender's or not complete")
 )
 
 // Store is a transactional backend.
@@ -100,6 +103,7 @@ type ReadTx interface {
 	EventReader
 	PushReader
 	BusKeyReader
+	AttachmentReader
 }
 
 // Tx is what a read-write transaction offers.
@@ -112,6 +116,7 @@ type Tx interface {
 	EventWriter
 	PushWriter
 	BusKeyWriter
+	AttachmentWriter
 }
 
 // User is an account created by the operator.
@@ -258,6 +263,10 @@ type Message struct {
 	// gets the message as an event in their log (see Appended); anyone else named is only
 	// stored.
 	Mentions []string
+	// AttachmentID is the attachment the message carries (content types 2 to 5), or empty.
+	// An append checks it (ErrBadAttachment) and counts the message in the attachment's
+	// Refs; a recall uncounts it. Kept by a recall, so that the count stays right.
+	AttachmentID string
 }
 
 // MessageRange selects messages of one conversation with Floor < seq, ascending.
@@ -286,11 +295,14 @@ type MessageReader interface {
 type MessageWriter interface {
 	// InsertMessage stores m. ErrExists if (ConvID, Seq) or (SenderID, ClientMsgID) is
 	// taken. MsgID is not checked: it is the caller's random 128-bit id, unique without an
-	// index that every send would have to write.
+	// index that every send would have to write. It stores m.AttachmentID as given and
+	// counts nothing: only an append counts a message in its attachment's Refs.
 	InsertMessage(ctx context.Context, m Message) error
 	// RecallMessage nulls the content and extra of (convID, seq) and marks it recalled;
-	// ErrNotFound if there is no such message.
-	RecallMessage(ctx context.Context, convID string, seq int64) error
+	// ErrNotFound if there is no such message. The first recall of a message that carries
+	// an attachment takes one from the attachment's Refs, and if that leaves none sets its
+	// IdleSince to at (Unix ms); a message already recalled changes nothing.
+	RecallMessage(ctx context.Context, convID string, seq, at int64) error
 }
 
 // Event is one entry of a user's event log.

@@ -155,7 +155,7 @@ func testEventsMessagePayload(t *testing.T, s store.Store) {
 		_, err := tx.AppendEvent(ctx, readEvent("bob", 200))
 		return err
 	})
-	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.RecallMessage(ctx, "c1", 2) })
+	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.RecallMessage(ctx, "c1", 2, 1_700_000_009_000) })
 	recalled := newMessage("c1", 2, "alice")
 	recalled.Content, recalled.Extra, recalled.Recalled = nil, nil, true
 	first := newMessage("c1", 1, "alice")

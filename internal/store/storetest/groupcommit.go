@@ -225,7 +225,7 @@ func testFailedUpdateUndoneAlone(t *testing.T, h Harness) {
 			if err := tx.DeleteMember(ctx, "c1", "alice"); err != nil {
 				return err
 			}
-			if err := tx.RecallMessage(ctx, "c1", 1); err != nil {
+			if err := tx.RecallMessage(ctx, "c1", 1, 1_700_000_009_000); err != nil {
 				return err
 			}
 			if err := tx.InsertMessage(ctx, store.Message{ConvID: "c1", Seq: 2, MsgID: "m2", ClientMsgID: "x2",

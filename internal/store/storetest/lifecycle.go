@@ -37,7 +37,7 @@ func writeEverything(t *testing.T, s store.Store) {
 				}
 			}
 		}
-		if err := tx.RecallMessage(ctx, "c1", 2); err != nil {
+		if err := tx.RecallMessage(ctx, "c1", 2, 1_700_000_009_000); err != nil {
 			return err
 		}
 		return nil

@@ -122,7 +122,7 @@ func testMessageMentions(t *testing.T, s store.Store) {
 		})
 	}
 	check("inserted", with)
-	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.RecallMessage(ctx, "c1", 1) })
+	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.RecallMessage(ctx, "c1", 1, 1_700_000_009_000) })
 	check("recalled", with)
 }
 

@@ -131,11 +131,11 @@ func testMessageRanges(t *testing.T, s store.Store) {
 func testMessageRecall(t *testing.T, s store.Store) {
 	insertMessages(t, s, "c1", 2)
 	update(t, s, func(ctx context.Context, tx store.Tx) error {
-		wantErr(t, "RecallMessage of an unknown seq", tx.RecallMessage(ctx, "c1", 3), store.ErrNotFound)
-		return tx.RecallMessage(ctx, "c1", 1)
+		wantErr(t, "RecallMessage of an unknown seq", tx.RecallMessage(ctx, "c1", 3, 1_700_000_009_000), store.ErrNotFound)
+		return tx.RecallMessage(ctx, "c1", 1, 1_700_000_009_000)
 	})
 	update(t, s, func(ctx context.Context, tx store.Tx) error {
-		if err := tx.RecallMessage(ctx, "c1", 1); err != nil {
+		if err := tx.RecallMessage(ctx, "c1", 1, 1_700_000_009_000); err != nil {
 			t.Errorf("RecallMessage twice: %v, want success", err)
 		}
 		return nil
