@@ -64,7 +64,7 @@ type Store interface {
 	// Put stores size bytes read from r under key, replacing any blob there. When it returns
 	// nil the blob is durable and readable whole; when it fails, nothing of it is readable
 	// (an earlier blob under key may still be). A reader that yields other than size bytes
-	// is an error.
+	// is an error, and so is a ctx done before the blob is in place (wrapping ctx.Err()).
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	// PutFile stores the file at path under key, as Put would, and may take the file over
 	// (a hard link, for a store on the same file system) rather than copy it: the caller

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -187,6 +188,7 @@ func putFails(t *testing.T, s blob.Store, key string, prev []byte, r io.Reader, 
 
 func testShortReader(t *testing.T, s blob.Store) {
 	putFails(t, s, "a/new", nil, gen(1, 99), 100)
+	putFails(t, s, "a/new", nil, gen(1, 10), math.MaxInt64)
 	prev := genBytes(2, 1000)
 	mustPut(t, s, "a/old", prev)
 	putFails(t, s, "a/old", prev, gen(3, 1<<20-1), 1<<20)

@@ -106,14 +106,18 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) er
 
 // fill copies exactly size bytes from r to f and syncs f.
 func fill(ctx context.Context, f *os.File, r io.Reader, size int64) error {
-	buf := make([]byte, min(size+1, bufSize))
+	buf := make([]byte, min(size, bufSize-1)+1)
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		// Ask for one byte past size at most, to see a reader that yields too many.
-		m, rerr := r.Read(buf[:min(int64(len(buf)), size+1-n)])
+		want := len(buf)
+		if rem := size - n; rem < int64(want) {
+			want = int(rem) + 1
+		}
+		m, rerr := r.Read(buf[:want])
 		if n+int64(m) > size {
 			return fmt.Errorf("the reader yields more than %d bytes", size)
 		}
