@@ -293,11 +293,16 @@ type appendBatch struct {
 	mentionUsers   []string
 	dedupSenders   []string
 	dedupClientIDs []string
+	attachmentIDs  []string // sorted; none when no message of the batch carries one
 
 	convs   map[string]*convState
 	senders map[memberKey]*store.Member
 	users   map[string]int64 // recipient -> last cursor (locked)
 	known   map[dedupKey]store.Message
+	// attachments holds the rows of attachmentIDs (locked) as the batch's appends before
+	// left them, and attached how many of its messages carry each.
+	attachments map[string]*store.Attachment
+	attached    map[string]int64
 
 	results []store.Appended
 	errs    []error
@@ -325,6 +330,9 @@ func newAppendBatch(reqs []*appendReq) *appendBatch {
 	mentions := make(map[memberKey]bool)
 	for _, r := range reqs {
 		convs[r.m.ConvID] = true
+		if id := r.m.AttachmentID; id != "" && !slices.Contains(b.attachmentIDs, id) {
+			b.attachmentIDs = append(b.attachmentIDs, id)
+		}
 		senders[memberKey{r.m.ConvID, r.m.SenderID}] = true
 		b.dedupSenders = append(b.dedupSenders, r.m.SenderID)
 		b.dedupClientIDs = append(b.dedupClientIDs, r.m.ClientMsgID)
@@ -339,6 +347,7 @@ func newAppendBatch(reqs []*appendReq) *appendBatch {
 		b.convIDs = append(b.convIDs, c)
 	}
 	slices.Sort(b.convIDs)
+	slices.Sort(b.attachmentIDs)
 	keys := make([]memberKey, 0, len(senders))
 	for k := range senders {
 		keys = append(keys, k)
@@ -358,6 +367,11 @@ const (
 	lockSendersSQL = `SELECT ` + memberCols + ` FROM members
 		WHERE (conv_id, user_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY conv_id, user_id FOR UPDATE`
+	// The attachments the batch's messages carry: an append checks that each is complete,
+	// and the collector's MarkAttachmentDeleting waits for this lock, so that it sees the
+	// append's count or the append sees it deleting. Locked after the member rows and before
+	// the users, the order a recall locks them in (see recallSQL).
+	lockAttachmentsSQL = `SELECT ` + attachmentCols + ` FROM attachments WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 	// Every member of the write-fanout conversations gets an event under its user's next
 	// cursor, and so does every mentioned member of a read-fanout one: the members, with
 	// their users' rows locked in user order, in one statement, so that the order holds
@@ -380,6 +394,9 @@ func (b *appendBatch) lockAndRead(ctx context.Context, c *pgx.Conn) error {
 	q.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	q.Queue(lockConvsSQL, b.convIDs)
 	q.Queue(lockSendersSQL, b.senderConvs, b.senderUsers)
+	if len(b.attachmentIDs) > 0 {
+		q.Queue(lockAttachmentsSQL, b.attachmentIDs)
+	}
 	q.Queue(lockRecipientsSQL, b.convIDs, b.mentionConvs, b.mentionUsers)
 	q.Queue(dedupSQL, b.dedupSenders, b.dedupClientIDs)
 	br := c.SendBatch(ctx, q)
@@ -406,6 +423,16 @@ func (b *appendBatch) readResults(br pgx.BatchResults) error {
 		return err
 	}); err != nil {
 		return err
+	}
+	if len(b.attachmentIDs) > 0 {
+		b.attachments = make(map[string]*store.Attachment, len(b.attachmentIDs))
+		if err := eachRow(br, func(r pgx.Rows) error {
+			a, err := scanAttachment(r)
+			b.attachments[a.ID] = &a
+			return err
+		}); err != nil {
+			return err
+		}
 	}
 	b.users = make(map[string]int64)
 	if err := eachRow(br, func(r pgx.Rows) error {
@@ -485,6 +512,13 @@ func (b *appendBatch) applyOne(m store.Message) (store.Appended, error) {
 		b.marks = p.Conv.Mark // relative to the batch: see LastMark in loadView
 		cs.markOff = b.marks
 	}
+	if a := p.Attachment; a != nil {
+		*b.attachments[a.ID] = *a
+		if b.attached == nil {
+			b.attached = make(map[string]int64)
+		}
+		b.attached[a.ID]++
+	}
 	b.known[key] = p.Message
 	b.newMessages = append(b.newMessages, p.Message)
 	for _, d := range p.Events {
@@ -519,6 +553,9 @@ func (b *appendBatch) loadView(m store.Message, key dedupKey, cs *convState, sen
 		return nil
 	}
 	v.Conv, v.Sender = &cs.c, sender
+	if m.AttachmentID != "" {
+		v.Attachment = b.attachments[m.AttachmentID] // nil if there is no such row
+	}
 	if cs.c.ReadFanout() {
 		for _, u := range store.MentionedUsers(m) {
 			if cs.mentionable[u] {
@@ -565,6 +602,7 @@ func (b *appendBatch) write(ctx context.Context, c *pgx.Conn) error {
 		b.writeMessages(&w)
 		b.writeConversations(&w)
 		b.writeCursors(&w)
+		b.writeAttachments(&w)
 	}
 	b.writeSenders(&w)
 	q := &pgx.Batch{}
@@ -613,18 +651,18 @@ func (b *appendBatch) writeMessages(w *cteWriter) {
 		seqs, created                     = make([]int64, n), make([]int64, n)
 		types                             = make([]int32, n)
 		contents, extras                  = make([][]byte, n), make([][]byte, n)
-		mentions                          = make([]*string, n)
+		mentions, attachments             = make([]*string, n), make([]*string, n)
 	)
 	for i, m := range b.newMessages {
 		convs[i], seqs[i], msgIDs[i], clientIDs[i], senders[i] = m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID
 		types[i], contents[i], extras[i], created[i] = int32(m.ContentType), m.Content, m.Extra, m.CreatedAt
-		mentions[i] = sqlrow.MentionsValue(m.Mentions)
+		mentions[i], attachments[i] = sqlrow.MentionsValue(m.Mentions), attachmentValue(m.AttachmentID)
 	}
 	w.add("msgs", `INSERT INTO messages (`+msgCols+`)
-		SELECT c, s, mi, ci, se, ty, co, ex, cr, false, mn
+		SELECT c, s, mi, ci, se, ty, co, ex, cr, false, mn, at
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[],
-			$7::bytea[], $8::bytea[], $9::bigint[], $10::text[]) AS v(c, s, mi, ci, se, ty, co, ex, cr, mn)`,
-		convs, seqs, msgIDs, clientIDs, senders, types, contents, extras, created, mentions)
+			$7::bytea[], $8::bytea[], $9::bigint[], $10::text[], $11::text[]) AS v(c, s, mi, ci, se, ty, co, ex, cr, mn, at)`,
+		convs, seqs, msgIDs, clientIDs, senders, types, contents, extras, created, mentions, attachments)
 }
 
 // writeConversations raises max_seq and updated_at, and gives read-fanout conversations
@@ -671,6 +709,21 @@ func (b *appendBatch) writeCursors(w *cteWriter) {
 	w.add("events", `INSERT INTO events (user_id, cursor, type, conv_id, ts, seq)
 		SELECT u, c, $6, cv, t, s FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[])
 		AS v(u, c, cv, t, s)`, e.users, e.cursors, e.convs, e.ts, e.seq, store.EventMessage)
+}
+
+// writeAttachments counts the batch's messages in their attachments' rows: an increment
+// (store.AppendPlan.Attachment), on the rows the first round trip locked.
+func (b *appendBatch) writeAttachments(w *cteWriter) {
+	if len(b.attached) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(b.attached))
+	counts := make([]int64, 0, len(b.attached))
+	for id, n := range b.attached {
+		ids, counts = append(ids, id), append(counts, n)
+	}
+	w.add("attachments", `UPDATE attachments a SET refs = a.refs + v.n, idle_since = 0
+		FROM unnest($1::text[], $2::bigint[]) AS v(id, n) WHERE a.id = v.id`, ids, counts)
 }
 
 // writeSenders raises the senders' positions (GREATEST: never back) and shows them the

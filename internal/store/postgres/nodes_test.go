@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -29,29 +30,7 @@ func TestNodesShareTheStore(t *testing.T) {
 		"d01": {"u0", "u1"}, "d12": {"u1", "u2"}, "d34": {"u3", "u4"},
 		"g": users, "r": users,
 	}
-	err := nodes[0].Update(ctx, func(tx store.Tx) error {
-		for _, u := range users {
-			if err := tx.CreateUser(ctx, store.User{ID: u, Name: u, TokenGen: 1}); err != nil {
-				return err
-			}
-		}
-		for id, ms := range convs {
-			c := store.Conversation{ID: id, Type: protocol.TypeGroup, MembersCount: len(ms)}
-			if id == "r" {
-				c.ReadFrom = 1
-			}
-			if err := tx.CreateConversation(ctx, c); err != nil {
-				return err
-			}
-			for i, u := range ms {
-				if err := tx.PutMember(ctx, store.Member{ConvID: id, UserID: u, Ordinal: int64(i + 1)}); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := nodes[0].Update(ctx, func(tx store.Tx) error { return putNodesFixture(tx, users, convs) }); err != nil {
 		t.Fatal(err)
 	}
 	memberOf := map[string][]string{}
@@ -151,7 +130,7 @@ func TestNodesShareTheStore(t *testing.T) {
 	}
 
 	readFanout := 0
-	err = nodes[2].View(ctx, func(tx store.ReadTx) error {
+	err := nodes[2].View(ctx, func(tx store.ReadTx) error {
 		stored := map[string]map[int64]store.Message{}
 		for id := range convs {
 			c, err := tx.Conversation(ctx, id)
@@ -242,4 +221,194 @@ func TestNodesShareTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d client ids acked over 3 nodes (%d in the read-fanout group)", len(first), readFanout)
+}
+
+// putNodesFixture creates the users and the group conversations (id -> members, in
+// ordinal order); "r" is read-fanout, the others write-fanout.
+func putNodesFixture(tx store.Tx, users []string, convs map[string][]string) error {
+	ctx := context.Background()
+	for _, u := range users {
+		if err := tx.CreateUser(ctx, store.User{ID: u, Name: u, TokenGen: 1}); err != nil {
+			return err
+		}
+	}
+	for id, ms := range convs {
+		c := store.Conversation{ID: id, Type: protocol.TypeGroup, MembersCount: len(ms)}
+		if id == "r" {
+			c.ReadFrom = 1
+		}
+		if err := tx.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		for i, u := range ms {
+			if err := tx.PutMember(ctx, store.Member{ConvID: id, UserID: u, Ordinal: int64(i + 1)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// TestNodesCountOneAttachment sends one attachment from two Stores on one schema at once,
+// then recalls every message through both at once (each recall twice, as two nodes
+// handling a client's retry would) while more sends of it go on, and a collector's
+// MarkAttachmentDeleting runs throughout. The count must come out exact, since the
+// collector deletes at zero: Refs is the number of messages that still carry it, which
+// AttachmentRefs lists, and the attachment was never marked deleting while it was sent.
+func TestNodesCountOneAttachment(t *testing.T) {
+	key := t.TempDir()
+	nodes := []*Store{openTest(t, key, Options{MaxConns: 4}), openTest(t, key, Options{MaxConns: 4})}
+	ctx := t.Context()
+	users := []string{"u0", "u1", "u2"}
+	const at = 1_700_000_000_000
+	err := nodes[0].Update(ctx, func(tx store.Tx) error {
+		if err := putNodesFixture(tx, users, map[string][]string{"g": users, "r": users}); err != nil {
+			return err
+		}
+		if err := tx.CreateAttachment(ctx, store.Attachment{ID: "a", OwnerID: "u0", Size: 1, CreatedAt: at}); err != nil {
+			return err
+		}
+		return tx.CompleteAttachment(ctx, "a", store.AttachmentMeta{MimeType: "image/png", CompletedAt: at})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		sent = map[store.MessageRef]bool{}
+		fail = func(err error) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	)
+	send := func(node *Store, conv, clientID string) {
+		m := store.Message{ConvID: conv, SenderID: "u0", ClientMsgID: clientID, MsgID: "m-" + clientID,
+			ContentType: 2, Content: []byte(`{"attachment_id":"a"}`), CreatedAt: at, AttachmentID: "a"}
+		res, err := node.AppendMessage(ctx, m)
+		if err != nil {
+			fail(fmt.Errorf("send %s: %w", clientID, err))
+			return
+		}
+		mu.Lock()
+		sent[store.MessageRef{ConvID: conv, Seq: res.Message.Seq}] = true
+		mu.Unlock()
+	}
+	const perSender = 25
+	var wg sync.WaitGroup
+	for n, node := range nodes {
+		for _, conv := range []string{"g", "r"} {
+			wg.Go(func() {
+				for j := range perSender {
+					send(node, conv, fmt.Sprintf("%s-n%d-%d", conv, n, j))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	check := func(what string, wantRefs int64) {
+		t.Helper()
+		err := nodes[1].View(ctx, func(tx store.ReadTx) error {
+			a, err := tx.Attachment(ctx, "a")
+			if err != nil {
+				return err
+			}
+			refs, err := tx.AttachmentRefs(ctx, "a", "", 0, 1<<20)
+			if err != nil {
+				return err
+			}
+			if a.Refs != wantRefs || int64(len(refs)) != wantRefs || a.State != store.AttachmentComplete {
+				t.Errorf("%s: Refs %d, %d messages carrying it, state %d; want %d, %d and complete",
+					what, a.Refs, len(refs), a.State, wantRefs, wantRefs)
+			}
+			if (a.IdleSince == 0) != (wantRefs > 0) {
+				t.Errorf("%s: IdleSince %d with Refs %d", what, a.IdleSince, a.Refs)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after concurrent sends", 4*perSender)
+
+	// Every message recalled through both nodes at once, while each node sends more and a
+	// collector tries to mark the attachment deleting.
+	mu.Lock()
+	first := make([]store.MessageRef, 0, len(sent))
+	for ref := range sent {
+		first = append(first, ref)
+	}
+	mu.Unlock()
+	stop := make(chan struct{})
+	var collector sync.WaitGroup
+	collector.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := nodes[0].Update(ctx, func(tx store.Tx) error {
+				ok, err := tx.MarkAttachmentDeleting(ctx, "a", at+1)
+				if ok {
+					return fmt.Errorf("marked deleting while sent")
+				}
+				return err
+			})
+			if err != nil {
+				fail(fmt.Errorf("collector: %w", err))
+				return
+			}
+		}
+	})
+	for _, ref := range first {
+		for _, node := range nodes {
+			wg.Go(func() {
+				err := node.Update(ctx, func(tx store.Tx) error { return tx.RecallMessage(ctx, ref.ConvID, ref.Seq, at+5) })
+				if err != nil {
+					fail(fmt.Errorf("recall %v: %w", ref, err))
+				}
+			})
+		}
+	}
+	for n, node := range nodes {
+		wg.Go(func() {
+			for j := range perSender {
+				send(node, []string{"g", "r"}[j%2], fmt.Sprintf("late-n%d-%d", n, j))
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	collector.Wait()
+	for _, err := range errs[:min(len(errs), 10)] {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	check("after concurrent recalls and sends", int64(len(sent)-len(first)))
+
+	// The late ones recalled too: nothing carries it, idle since the last recall.
+	for ref := range sent {
+		if err := nodes[ref.Seq%2].Update(ctx, func(tx store.Tx) error {
+			return tx.RecallMessage(ctx, ref.ConvID, ref.Seq, at+9)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after every message recalled", 0)
+	var a store.Attachment
+	if err := nodes[0].View(ctx, func(tx store.ReadTx) error {
+		var err error
+		a, err = tx.Attachment(ctx, "a")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a.IdleSince != at+9 {
+		t.Errorf("IdleSince %d after the last recall, want %d", a.IdleSince, int64(at+9))
+	}
 }

@@ -44,6 +44,36 @@ func migrations() [][]string {
 			secret     bytea  NOT NULL,
 			created_at bigint NOT NULL
 		)`,
+	}, {
+		// v5: attachments (store.AttachmentReader, store.AttachmentWriter). refs and
+		// idle_since are counters that the append and the recall of a message carrying the
+		// attachment change in place, under the row's lock (see appendBatch and
+		// RecallMessage), so that several nodes count right. by_owner serves the quota's
+		// sum, idle the collector's scan; messages_by_attachment lists the messages that
+		// still carry one (AttachmentRefs), in byte order of the conversation id, and holds
+		// no entry for the messages without.
+		`CREATE TABLE attachments (
+			id           text COLLATE "C" NOT NULL PRIMARY KEY,
+			owner_id     text COLLATE "C" NOT NULL,
+			state        integer NOT NULL,
+			size         bigint  NOT NULL,
+			created_at   bigint  NOT NULL,
+			mime_type    text    NOT NULL,
+			sha256       text    NOT NULL,
+			width        integer NOT NULL,
+			height       integer NOT NULL,
+			duration_ms  bigint  NOT NULL,
+			thumbnail    boolean NOT NULL,
+			preview      text    NOT NULL,
+			completed_at bigint  NOT NULL,
+			refs         bigint  NOT NULL,
+			idle_since   bigint  NOT NULL
+		)`,
+		`CREATE INDEX attachments_by_owner ON attachments (owner_id, created_at)`,
+		`CREATE INDEX attachments_idle ON attachments (idle_since, id) WHERE refs = 0`,
+		`ALTER TABLE messages ADD COLUMN attachment_id text COLLATE "C"`,
+		`CREATE INDEX messages_by_attachment ON messages (attachment_id, conv_id COLLATE "C", seq)
+			WHERE attachment_id IS NOT NULL AND NOT recalled`,
 	}}
 }
 

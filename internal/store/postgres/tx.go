@@ -17,7 +17,7 @@ const (
 	userCols   = `id, name, token_gen, created_at`
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
-	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions`
+	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions, attachment_id`
 )
 
 // readTx implements store.ReadTx on one PostgreSQL transaction.
@@ -227,24 +227,50 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 // InsertMessage implements store.MessageWriter.
 func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	tag, err := t.tx.Exec(ctx, `INSERT INTO messages (`+msgCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
 		m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID, m.ContentType, m.Content, m.Extra,
-		m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions))
+		m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions), attachmentValue(m.AttachmentID))
 	return expectOne(tag, err, store.ErrExists, "insert message %q/%d", m.ConvID, m.Seq)
 }
 
-// RecallMessage implements store.MessageWriter.
-func (t writeTx) RecallMessage(ctx context.Context, convID string, seq int64) error {
+// recallSQL recalls a message not yet recalled and uncounts it from its attachment, if it
+// carries one, in one statement. At READ COMMITTED a recall that waited for a concurrent
+// one of the same message checks NOT recalled again on the row that one committed, so
+// only the first recall uncounts. The attachment's row is updated in place (refs - 1),
+// under its lock, so recalls and appends of one attachment on several nodes count right;
+// it is locked after the message, as the appender locks attachments after the
+// conversations and before the users (see appendBatch).
+const recallSQL = `WITH m AS (
+		UPDATE messages SET content = NULL, extra = NULL, recalled = true
+		WHERE conv_id = $1 AND seq = $2 AND NOT recalled RETURNING attachment_id),
+	a AS (
+		UPDATE attachments SET refs = refs - 1, idle_since = CASE WHEN refs - 1 = 0 THEN $3::bigint ELSE 0 END
+		WHERE id = (SELECT attachment_id FROM m))
+	SELECT count(*) FROM m`
+
+// RecallMessage implements store.MessageWriter: one round trip for a message not yet
+// recalled (recallSQL), a second only to tell an already recalled one from none.
+func (t writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64) error {
+	what := fmt.Sprintf("recall message %q/%d", convID, seq)
+	var recalled int64
+	if err := t.tx.QueryRow(ctx, recallSQL, convID, seq, at).Scan(&recalled); err != nil {
+		return translate(err, what)
+	}
+	if recalled > 0 {
+		return nil
+	}
+	// Recalled before, or no such message: nulling again changes nothing, and the count
+	// says which.
 	tag, err := t.tx.Exec(ctx, `UPDATE messages SET content = NULL, extra = NULL, recalled = true
 		WHERE conv_id = $1 AND seq = $2`, convID, seq)
-	return expectOne(tag, err, store.ErrNotFound, "recall message %q/%d", convID, seq)
+	return expectOne(tag, err, store.ErrNotFound, "%s", what)
 }
 
 // eventsSQL joins the referenced message of "message" events only: the message is stored
 // once per conversation, not copied into every member's log, so a recall shows in it.
 const eventsSQL = `SELECT e.cursor, e.type, e.conv_id, e.ts, e.seq, e.data,
 	m.msg_id, m.client_msg_id, m.sender_id, m.content_type, m.content, m.extra,
-	m.created_at, m.recalled, m.mentions
+	m.created_at, m.recalled, m.mentions, m.attachment_id
 	FROM events e LEFT JOIN messages m
 		ON e.type = $1 AND m.conv_id = e.conv_id AND m.seq = e.seq
 	WHERE e.user_id = $2 AND e.cursor > $3
@@ -263,6 +289,7 @@ func (t readTx) Events(ctx context.Context, userID string, after int64, limit in
 		e := store.Event{UserID: userID}
 		var (
 			msgID, clientMsgID, senderID *string
+			attachmentID                 *string
 			contentType                  *int
 			createdAt                    *int64
 			recalled                     *bool
@@ -271,13 +298,13 @@ func (t readTx) Events(ctx context.Context, userID string, after int64, limit in
 		)
 		if err := rows.Scan(&e.Cursor, &e.Type, &e.ConvID, &e.TS, &e.Seq, &e.Data, &msgID,
 			&clientMsgID, &senderID, &contentType, &content, &extra, &createdAt, &recalled,
-			sqlrow.MentionsDest(&mentions)); err != nil {
+			sqlrow.MentionsDest(&mentions), &attachmentID); err != nil {
 			return nil, translate(err, what)
 		}
 		if msgID != nil {
 			e.Message = &store.Message{ConvID: e.ConvID, Seq: e.Seq, MsgID: *msgID, ClientMsgID: *clientMsgID,
 				SenderID: *senderID, ContentType: *contentType, Content: content, Extra: extra,
-				CreatedAt: *createdAt, Recalled: *recalled, Mentions: mentions}
+				CreatedAt: *createdAt, Recalled: *recalled, Mentions: mentions, AttachmentID: deref(attachmentID)}
 		}
 		es = append(es, e)
 	}
@@ -352,5 +379,37 @@ var (
 	scanConversation = sqlrow.Conversation
 	scanMember       = sqlrow.Member
 	scanMembership   = sqlrow.Membership
-	scanMessage      = sqlrow.Message
 )
+
+// scanMessage reads msgCols: sqlrow.Message's columns, then attachment_id.
+func scanMessage(r sqlrow.Row) (store.Message, error) {
+	var id *string
+	m, err := sqlrow.Message(extraColumn{r, &id})
+	m.AttachmentID = deref(id)
+	return m, err
+}
+
+// extraColumn is a row whose Scan reads one more column than its caller asks for, into
+// dest.
+type extraColumn struct {
+	sqlrow.Row
+	dest any
+}
+
+func (r extraColumn) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.dest)...) }
+
+// attachmentValue is the attachment_id column of a message: NULL when it carries none, so
+// that the message stays out of messages_by_attachment.
+func attachmentValue(id string) *string {
+	if id == "" {
+		return nil
+	}
+	return &id
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
