@@ -193,12 +193,16 @@ func encodeMessage(b []byte, m store.Message) []byte {
 	b = appendOptBytes(b, m.Extra)
 	b = appendVarint(b, m.CreatedAt)
 	b = appendBool(b, m.Recalled)
-	if len(m.Mentions) > 0 {
-		// Only messages with mentions carry them, so a message without keeps the bytes of
-		// earlier versions and they still read it.
+	if len(m.Mentions) > 0 || m.AttachmentID != "" {
+		// Only messages with mentions or an attachment carry them, so a message without
+		// keeps the bytes of earlier versions and they still read it. The attachment comes
+		// after the mentions, whose count is then written even when it is 0.
 		b = binary.AppendUvarint(b, uint64(len(m.Mentions)))
 		for _, u := range m.Mentions {
 			b = appendString(b, u)
+		}
+		if m.AttachmentID != "" {
+			b = appendString(b, m.AttachmentID)
 		}
 	}
 	return b
@@ -221,11 +225,53 @@ func decodeMessage(v []byte, conv string, seq int64) (store.Message, error) {
 			for i := range m.Mentions {
 				m.Mentions[i] = d.string()
 			}
-		} else if ok {
-			d.fail() // an empty list is written as none
+		} else if ok && len(d.b) == 0 {
+			d.fail() // an empty list without an attachment is written as none
+		}
+		if d.err == nil && len(d.b) > 0 {
+			if m.AttachmentID = d.string(); m.AttachmentID == "" {
+				d.fail() // no attachment is written as none
+			}
 		}
 	}
 	return m, d.done()
+}
+
+func encodeAttachment(b []byte, a store.Attachment) []byte {
+	b = appendString(b, a.OwnerID)
+	b = appendVarint(b, int64(a.State))
+	b = appendVarint(b, a.Size)
+	b = appendVarint(b, a.CreatedAt)
+	b = appendString(b, a.MimeType)
+	b = appendString(b, a.SHA256)
+	b = appendVarint(b, int64(a.Width))
+	b = appendVarint(b, int64(a.Height))
+	b = appendVarint(b, a.DurationMS)
+	b = appendBool(b, a.Thumbnail)
+	b = appendString(b, a.Preview)
+	b = appendVarint(b, a.CompletedAt)
+	b = appendVarint(b, a.Refs)
+	return appendVarint(b, a.IdleSince)
+}
+
+func decodeAttachment(v []byte, id string) (store.Attachment, error) {
+	d := decoder{b: v}
+	a := store.Attachment{ID: id}
+	a.OwnerID = d.string()
+	a.State = store.AttachmentState(d.varint())
+	a.Size = d.varint()
+	a.CreatedAt = d.varint()
+	a.MimeType = d.string()
+	a.SHA256 = d.string()
+	a.Width = int(d.varint())
+	a.Height = int(d.varint())
+	a.DurationMS = d.varint()
+	a.Thumbnail = d.bool()
+	a.Preview = d.string()
+	a.CompletedAt = d.varint()
+	a.Refs = d.varint()
+	a.IdleSince = d.varint()
+	return a, d.done()
 }
 
 func encodeEvent(b []byte, e store.Event) []byte {

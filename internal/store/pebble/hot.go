@@ -10,7 +10,8 @@ import (
 )
 
 // hotState is the writer's in-memory copy of what AppendMessage reads: each active
-// conversation's head (its row and its members) and each active user's last cursor. With
+// conversation's head (its row and its members), each active user's last cursor, and the
+// rows of the attachments sent lately. With
 // it a send reads nothing on the writer (its dedup key is checked by its caller: dedup.go).
 //
 // It describes the writer's batch, uncommitted writes included, and only the writer
@@ -29,16 +30,18 @@ import (
 type hotState struct {
 	convs   map[string]*convHead
 	users   map[string]hotUser
-	members int        // members held by all heads, for the bound
-	fresh   *freshKeys // dedup keys maybe only in memtables (dedup.go)
-	settle  func()     // the writer's, see groupcommit.Builder.Add
+	atts    map[string]store.Attachment // attachment rows as the batch has them
+	members int                         // members held by all heads, for the bound
+	fresh   *freshKeys                  // dedup keys maybe only in memtables (dedup.go)
+	settle  func()                      // the writer's, see groupcommit.Builder.Add
 }
 
 // The bounds of hotState, trimmed between batches. A head costs about 150 bytes per
 // member, a user's bounds about 80: at most some 40 MiB in all.
 const (
-	maxHotMembers = 1 << 18
-	maxHotUsers   = 1 << 18
+	maxHotMembers     = 1 << 18
+	maxHotUsers       = 1 << 18
+	maxHotAttachments = 1 << 16 // about 300 bytes each
 )
 
 // hotUser is one user's log as AppendMessage needs it.
@@ -96,7 +99,7 @@ func (h *convHead) member(user string) int {
 
 func newHotState(rotate int) hotState {
 	return hotState{convs: make(map[string]*convHead), users: make(map[string]hotUser),
-		fresh: newFreshKeys(rotate)}
+		atts: make(map[string]store.Attachment), fresh: newFreshKeys(rotate)}
 }
 
 // dropConv and dropUser forget an entry that a write is about to change.
@@ -130,6 +133,12 @@ func (h *hotState) invalidate(key []byte) {
 		}
 	case tClientID:
 		h.fresh.add(string(key)) // a message stored by an Update, not AppendMessage
+	case tAttachment:
+		if id, _, err := readStr(key[1:]); err == nil {
+			delete(h.atts, id)
+		} else {
+			clear(h.atts)
+		}
 	}
 }
 
@@ -148,6 +157,30 @@ func (h *hotState) trim() {
 		}
 		delete(h.users, id)
 	}
+	for id := range h.atts {
+		if len(h.atts) <= maxHotAttachments {
+			break
+		}
+		delete(h.atts, id)
+	}
+}
+
+// attachment returns the attachment row id as the batch has it (earlier appends of the
+// batch counted), reading it through t when not held; found is false when there is none,
+// which is not held: a refused send is rare.
+func (h *hotState) attachment(ctx context.Context, t *txn, id string) (a store.Attachment, found bool, err error) {
+	if a, ok := h.atts[id]; ok {
+		return a, true, nil
+	}
+	h.settle()
+	if err := t.check(ctx); err != nil {
+		return a, false, err
+	}
+	if a, found, err = t.attachment(id); err != nil || !found {
+		return a, false, err
+	}
+	h.atts[id] = a
+	return a, true, nil
 }
 
 // head returns the conversation's head, reading it through t when it is not held; nil when
@@ -340,6 +373,16 @@ func (w *writer) loadAppend(ctx context.Context, t *txn, m store.Message, pre pr
 	for _, u := range users {
 		v.Logs = append(v.Logs, u.last)
 	}
+	if m.AttachmentID != "" { // only then: a plain send reads nothing more
+		a, found, err := w.hot.attachment(ctx, t, m.AttachmentID)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found {
+			w.scratch.att = a
+			v.Attachment = &w.scratch.att
+		}
+	}
 	return v, h, nil
 }
 
@@ -359,6 +402,11 @@ func (w *writer) writeAppend(t *txn, h *convHead, p *store.AppendPlan) error {
 	}
 	if err := t.setNew(kk, gk[1:]); err != nil { // gk[1:] is enc(conv) int(seq)
 		return err
+	}
+	if p.Attachment != nil {
+		if err := w.writeCount(t, p.Attachment, m); err != nil {
+			return err
+		}
 	}
 	// A write-fanout conversation's row is not rewritten: the message just written is the
 	// newest, and implies the new max_seq and activity (txn.newest).
@@ -429,7 +477,29 @@ func (w *writer) writeAppend(t *txn, h *convHead, p *store.AppendPlan) error {
 	for i, d := range p.Events {
 		w.hot.users[d.UserID] = users[i]
 	}
+	if a := p.Attachment; a != nil {
+		w.hot.atts[a.ID] = *a
+	}
 	return nil
+}
+
+// writeCount counts message m in its attachment, whose row the append read as
+// w.scratch.att and leaves as after: the row, the message's reference, and the idle entry
+// gone if this is the attachment's first reference (keys.go).
+func (w *writer) writeCount(t *txn, after *store.Attachment, m *store.Message) error {
+	before := &w.scratch.att
+	t.key = attachmentKey(t.key[:0], after.ID)
+	if err := t.setKnown(t.key, encodeAttachment(t.enc[:0], *after), encodeAttachment(w.scratch.prev[:0], *before)); err != nil {
+		return err
+	}
+	if before.Refs == 0 {
+		// The hot state holds no idle entry: del's invalidation is none.
+		if err := t.del(attachmentIdleKey(t.key[:0], before.IdleSince, before.ID), nil); err != nil {
+			return err
+		}
+	}
+	// New: seq is above every seq stored.
+	return t.setNew(attachmentRefKey(t.key[:0], after.ID, m.ConvID, m.Seq), nil)
 }
 
 // mentionedMembers returns the users of m's mentions who are members of the read-fanout
@@ -493,8 +563,9 @@ func appendEvent(t *txn, u *hotUser, ev store.Event) error {
 type appendScratch struct {
 	view   store.AppendView
 	plan   store.AppendPlan
-	sender store.Member // a read-fanout conversation's sender's row, as readers see it
-	users  []hotUser    // the logs that get the event, in the order of the plan's events
+	sender store.Member     // a read-fanout conversation's sender's row, as readers see it
+	att    store.Attachment // the row of the attachment the message carries, as read
+	users  []hotUser        // the logs that get the event, in the order of the plan's events
 	prev   []byte
 }
 

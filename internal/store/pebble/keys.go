@@ -27,6 +27,10 @@ import (
 //	v                                     -> layout version (uvarint)
 //	p  enc(user) enc(device)              -> push target: provider, token, topic, locale, registered_at, cursor
 //	s  enc(user) enc(conv)                -> mute: until
+//	a  enc(attachment)                    -> attachment row (every field but the id)
+//	U  enc(owner) int(created_at) enc(id) -> size: attachments by owner and age, for AttachmentUsage
+//	I  int(idle_since) enc(id)            -> empty: attachments with Refs 0, for IdleAttachments
+//	A  enc(attachment) enc(conv) int(seq) -> empty: the unrecalled messages that carry it, for AttachmentRefs
 //
 // int(x) is the int64 as 8 big-endian bytes with the sign bit flipped, so that byte order
 // is numeric order for every int64, negative ones included. enc(s) is the string with each
@@ -51,6 +55,12 @@ import (
 //
 // The push keys p and s came after layout 2 without a new version: they are tables of
 // their own, which a database without them simply lacks and an older binary never reads.
+// So did the attachment keys a, U, I and A. U is written and removed with a. I exists
+// exactly while the row's Refs is 0, under its IdleSince: CreateAttachment writes it, the
+// append that takes Refs from 0 to 1 removes it, the recall that brings Refs back to 0
+// writes it again, DeleteAttachment removes it. A exists exactly for each message that an
+// append counted in the row's Refs and that is not recalled: the append writes it, the
+// recall removes it (and uncounts only a message that has it: InsertMessage counts nothing).
 //
 // Members scans the roster r, never the member rows m themselves: a member row is rewritten
 // on every read-position update (and the sender's on every send), so the memtable holds many
@@ -79,6 +89,11 @@ const (
 	tPushTarget   byte = 'p' // p enc(user) enc(device): a device's push target (store.PushReader)
 	tMute         byte = 's' // s enc(user) enc(conv): a muted conversation (store.PushReader)
 	tBusKey       byte = 'b' // b int(id): a cluster key of the bus (store.BusKeyReader)
+
+	tAttachment      byte = 'a' // a enc(id): an attachment row (store.AttachmentReader)
+	tAttachmentUsage byte = 'U' // U enc(owner) int(created_at) enc(id): its size, for AttachmentUsage
+	tAttachmentIdle  byte = 'I' // I int(idle_since) enc(id): an attachment with Refs 0
+	tAttachmentRef   byte = 'A' // A enc(id) enc(conv) int(seq): a message counted in its Refs
 )
 
 // layoutVersion is the version of the key layout and value encoding stored under key v.
@@ -182,6 +197,18 @@ func memberByUserKey(b []byte, user, conv string) []byte {
 // indexes store it as their value.
 func msgRef(b []byte, conv string, seq int64) []byte { return appendInt(appendStr(b, conv), seq) }
 
+// readMsgRef decodes what msgRef wrote, which must be the whole of b.
+func readMsgRef(b []byte) (conv string, seq int64, err error) {
+	conv, rest, err := readStr(b)
+	if err == nil {
+		seq, rest, err = readInt(rest)
+	}
+	if err == nil && len(rest) != 0 {
+		err = errCorrupt
+	}
+	return conv, seq, err
+}
+
 func messageKey(b []byte, conv string, seq int64) []byte {
 	return msgRef(append(b, tMessage), conv, seq)
 }
@@ -220,6 +247,20 @@ func pushTargetKey(b []byte, user, device string) []byte {
 
 func muteKey(b []byte, user, conv string) []byte {
 	return appendStr(appendStr(append(b, tMute), user), conv)
+}
+
+func attachmentKey(b []byte, id string) []byte { return appendStr(append(b, tAttachment), id) }
+
+func attachmentUsageKey(b []byte, owner string, createdAt int64, id string) []byte {
+	return appendStr(appendInt(appendStr(append(b, tAttachmentUsage), owner), createdAt), id)
+}
+
+func attachmentIdleKey(b []byte, idleSince int64, id string) []byte {
+	return appendStr(appendInt(append(b, tAttachmentIdle), idleSince), id)
+}
+
+func attachmentRefKey(b []byte, id, conv string, seq int64) []byte {
+	return msgRef(appendStr(append(b, tAttachmentRef), id), conv, seq)
 }
 
 var versionKey = []byte{tVersion}

@@ -53,14 +53,7 @@ func (r readTx) MessageByClientID(ctx context.Context, senderID, clientMsgID str
 	if !found {
 		return store.Message{}, notFound("message %q of sender %q", clientMsgID, senderID)
 	}
-	conv, rest, err := readStr(ref)
-	var seq int64
-	if err == nil {
-		seq, rest, err = readInt(rest)
-	}
-	if err == nil && len(rest) != 0 {
-		err = errCorrupt
-	}
+	conv, seq, err := readMsgRef(ref)
 	if err != nil {
 		return store.Message{}, corrupt(err, "message %q of sender %q", clientMsgID, senderID)
 	}
@@ -152,8 +145,9 @@ func (w writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	return t.set(kk, gk[1:], nil, false) // gk[1:] is enc(conv) int(seq)
 }
 
-// RecallMessage implements store.MessageWriter.
-func (w writeTx) RecallMessage(ctx context.Context, convID string, seq int64) error {
+// RecallMessage implements store.MessageWriter. A message already recalled is left as it
+// is; the first recall takes the message out of its attachment's references (uncount).
+func (w writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64) error {
 	t := w.t
 	if err := t.check(ctx); err != nil {
 		return err
@@ -165,7 +159,16 @@ func (w writeTx) RecallMessage(ctx context.Context, convID string, seq int64) er
 	if !found {
 		return notFound("recall message %q/%d", convID, seq)
 	}
+	if m.Recalled {
+		return nil
+	}
 	m.Content, m.Extra, m.Recalled = nil, nil, true
 	t.enc = encodeMessage(t.enc[:0], m)
-	return t.set(t.key, t.enc, t.val, true) // t.key and t.val are still the message's
+	if err := t.set(t.key, t.enc, t.val, true); err != nil { // t.key and t.val are still the message's
+		return err
+	}
+	if m.AttachmentID == "" {
+		return nil
+	}
+	return t.uncount(m.AttachmentID, convID, seq, at)
 }
