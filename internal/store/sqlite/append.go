@@ -23,6 +23,11 @@ func (t writeTx) appendMessage(ctx context.Context, m store.Message) (store.Appe
 	if err := t.InsertMessage(ctx, p.Message); err != nil {
 		return store.Appended{}, err
 	}
+	if p.Attachment != nil {
+		if err := t.countAttachment(ctx, p.Attachment); err != nil {
+			return store.Appended{}, err
+		}
+	}
 	if err := t.UpdateConversation(ctx, p.Conv); err != nil {
 		return store.Appended{}, err
 	}
@@ -66,6 +71,14 @@ func (t writeTx) loadAppend(ctx context.Context, m store.Message) (store.AppendV
 		return v, err
 	}
 	v.Sender = &sender
+	if m.AttachmentID != "" { // read only then: a plain send costs no extra statement
+		if v.Attachment, err = t.loadAttachment(ctx, m.AttachmentID); err != nil {
+			return v, err
+		}
+		if a := v.Attachment; a == nil || a.OwnerID != m.SenderID || a.State != store.AttachmentComplete {
+			return v, nil // the rule refuses it (ErrBadAttachment) before reading more
+		}
+	}
 	var logs []string // the users whose logs get the event
 	if c.ReadFanout() {
 		for _, u := range store.MentionedUsers(m) {

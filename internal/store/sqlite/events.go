@@ -29,6 +29,7 @@ type eventRow struct {
 	typ, convID                  string
 	data, content, extra         sql.RawBytes
 	msgID, clientMsgID, senderID sql.NullString
+	attachmentID                 sql.NullString
 	contentType, createdAt       sql.NullInt64
 	recalled                     sql.NullBool
 	mentions                     []string
@@ -47,7 +48,7 @@ func readEvents(rows *sql.Rows, userID string, limit int) ([]store.Event, error)
 	var r eventRow
 	dest := []any{&r.cursor, &r.typ, &r.convID, &r.ts, &r.seq, &r.data, &r.msgID,
 		&r.clientMsgID, &r.senderID, &r.contentType, &r.content, &r.extra, &r.createdAt, &r.recalled,
-		sqlrow.MentionsDest(&r.mentions)}
+		sqlrow.MentionsDest(&r.mentions), &r.attachmentID}
 	es := make([]store.Event, 0, min(max(limit, 0), protocol.MaxSyncLimit+1))
 	var (
 		buf   []byte
@@ -75,7 +76,7 @@ func readEvents(rows *sql.Rows, userID string, limit int) ([]store.Event, error)
 				ConvID: e.ConvID, Seq: e.Seq, MsgID: r.msgID.String, ClientMsgID: r.clientMsgID.String,
 				SenderID: r.senderID.String, ContentType: int(r.contentType.Int64), Content: keep(r.content),
 				Extra: keep(r.extra), CreatedAt: r.createdAt.Int64, Recalled: r.recalled.Bool,
-				Mentions: r.mentions,
+				Mentions: r.mentions, AttachmentID: r.attachmentID.String,
 			})
 			e.Message = &block[len(block)-1]
 		}

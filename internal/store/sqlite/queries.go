@@ -34,6 +34,10 @@ const (
 	stPushTargetsAfter
 	stMutes
 	stBusKeys
+	stAttachment
+	stAttachmentRefs
+	stAttachmentUsage
+	stIdleAttachments
 	numReadStmts // marks the end of the statements a read-only pool prepares
 
 	// Writes.
@@ -57,6 +61,13 @@ const (
 	stPutMute
 	stDeleteMute
 	stAddBusKey
+	stAddAttachmentRef
+	stDropAttachmentRef
+	stCreateAttachment
+	stCompleteAttachment
+	stMarkAttachmentDeleting
+	stAttachmentExists
+	stDeleteAttachment
 
 	// Transaction control for group commit.
 	stBegin
@@ -74,9 +85,11 @@ const (
 	userCols   = `id, name, token_gen, created_at`
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
-	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions`
-	pushCols   = `user_id, device_id, provider, token, topic, locale, registered_at, cursor`
-	muteCols   = `user_id, conv_id, until`
+	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions, attachment_id`
+	attCols    = `id, owner_id, state, size, created_at, mime_type, sha256, width, height, duration_ms,
+		thumbnail, preview, completed_at, refs, idle_since`
+	pushCols = `user_id, device_id, provider, token, topic, locale, registered_at, cursor`
+	muteCols = `user_id, conv_id, until`
 )
 
 // statementSQL returns the text of every statement, indexed by stmtID. A function rather
@@ -107,8 +120,18 @@ func statementSQL() [numStmts]string {
 		stPushTargets: `SELECT ` + pushCols + ` FROM push_targets WHERE user_id = ? ORDER BY device_id`,
 		stPushTargetsAfter: `SELECT ` + pushCols + ` FROM push_targets WHERE (user_id, device_id) > (?, ?)
 			ORDER BY user_id, device_id LIMIT ?`,
-		stMutes:   `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
-		stBusKeys: `SELECT id, secret, created_at FROM bus_keys ORDER BY id`,
+		stMutes:      `SELECT ` + muteCols + ` FROM mutes WHERE user_id = ? ORDER BY conv_id`,
+		stBusKeys:    `SELECT id, secret, created_at FROM bus_keys ORDER BY id`,
+		stAttachment: `SELECT ` + attCols + ` FROM attachments WHERE id = ?`,
+		// attachment_id = ? implies the index's attachment_id IS NOT NULL, and recalled = 0
+		// is its other term, so SQLite may use it; INDEXED BY makes sure it does.
+		stAttachmentRefs: `SELECT conv_id, seq FROM messages INDEXED BY messages_by_attachment
+			WHERE attachment_id = ? AND recalled = 0 AND (conv_id, seq) > (?, ?)
+			ORDER BY conv_id, seq LIMIT ?`,
+		stAttachmentUsage: `SELECT coalesce(sum(size), 0) FROM attachments INDEXED BY attachments_by_owner
+			WHERE owner_id = ? AND created_at >= ?`,
+		stIdleAttachments: `SELECT ` + attCols + ` FROM attachments INDEXED BY attachments_idle
+			WHERE refs = 0 AND idle_since < ? ORDER BY idle_since, id LIMIT ?`,
 
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
 		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
@@ -126,7 +149,7 @@ func statementSQL() [numStmts]string {
 		stAdvancePositions: `UPDATE members SET read_seq = max(read_seq, ?1), delivered_seq = max(delivered_seq, ?2)
 			WHERE conv_id = ?3 AND user_id = ?4 AND (read_seq < ?1 OR delivered_seq < ?2)
 			RETURNING ` + memberCols,
-		stInsertMessage: `INSERT INTO messages (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		stInsertMessage: `INSERT INTO messages (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		stRecallMessage: `UPDATE messages SET content = NULL, extra = NULL, recalled = 1
 			WHERE conv_id = ? AND seq = ?`,
 		stAppendEvent: appendEventSQL,
@@ -147,6 +170,26 @@ func statementSQL() [numStmts]string {
 			ON CONFLICT (user_id, conv_id) DO UPDATE SET until = excluded.until`,
 		stDeleteMute: `DELETE FROM mutes WHERE user_id = ? AND conv_id = ?`,
 		stAddBusKey:  `INSERT INTO bus_keys (id, secret, created_at) VALUES (?, ?, ?)`,
+		// The single writer serializes the append's check and this increment; it is an
+		// increment all the same, so that it stays right whoever else writes the row.
+		stAddAttachmentRef: `UPDATE attachments SET refs = refs + 1, idle_since = 0 WHERE id = ?`,
+		// Run before stRecallMessage, while the message still reads unrecalled: it takes one
+		// from the attachment of a message recalled now for the first time, and nothing
+		// otherwise. refs > 0 keeps a message InsertMessage stored uncounted from taking the
+		// count below zero, where the collector would never see it idle.
+		stDropAttachmentRef: `UPDATE attachments
+			SET refs = refs - 1, idle_since = CASE WHEN refs = 1 THEN ?1 ELSE idle_since END
+			WHERE id = (SELECT attachment_id FROM messages WHERE conv_id = ?2 AND seq = ?3 AND recalled = 0)
+			AND refs > 0`,
+		stCreateAttachment: `INSERT INTO attachments (` + attCols + `)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		stCompleteAttachment: `UPDATE attachments SET state = ?, mime_type = ?, sha256 = ?, width = ?,
+			height = ?, duration_ms = ?, thumbnail = ?, preview = ?, completed_at = ?
+			WHERE id = ? AND state = ?`,
+		stMarkAttachmentDeleting: `UPDATE attachments SET state = ?1
+			WHERE id = ?2 AND (state = ?1 OR (refs = 0 AND idle_since < ?3))`,
+		stAttachmentExists: `SELECT 1 FROM attachments WHERE id = ?`,
+		stDeleteAttachment: `DELETE FROM attachments WHERE id = ?`,
 
 		stBegin:      `BEGIN IMMEDIATE`,
 		stCommit:     `COMMIT`,
@@ -178,7 +221,7 @@ const appendEventSQL = `INSERT INTO events (user_id, cursor, type, conv_id, ts, 
 // once per conversation, not copied into every member's log, so a recall shows in it.
 const eventsSQL = `SELECT e.cursor, e.type, e.conv_id, e.ts, e.seq, e.data,
 	m.msg_id, m.client_msg_id, m.sender_id, m.content_type, m.content, m.extra,
-	m.created_at, m.recalled, m.mentions
+	m.created_at, m.recalled, m.mentions, m.attachment_id
 	FROM events e LEFT JOIN messages m
 		ON e.type = ? AND m.conv_id = e.conv_id AND m.seq = e.seq
 	WHERE e.user_id = ? AND e.cursor > ?

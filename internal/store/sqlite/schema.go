@@ -54,6 +54,38 @@ func migrations() [][]string {
 			secret     BLOB    NOT NULL,
 			created_at INTEGER NOT NULL
 		)`,
+	}, {
+		// v8: attachments (store.AttachmentReader, store.AttachmentWriter) and the one a
+		// message carries. The table keeps its rowid: with a preview (a data: URL of up to
+		// 1.5 KB) a row is too large for WITHOUT ROWID to pay. attachments_by_owner serves
+		// AttachmentUsage (size included, so the sum reads the index only) and
+		// attachments_idle IdleAttachments; both are immutable but for refs and
+		// idle_since, which only an append or recall of a carrying message changes.
+		`CREATE TABLE attachments (
+			id           TEXT    NOT NULL PRIMARY KEY,
+			owner_id     TEXT    NOT NULL,
+			state        INTEGER NOT NULL,
+			size         INTEGER NOT NULL,
+			created_at   INTEGER NOT NULL,
+			mime_type    TEXT    NOT NULL,
+			sha256       TEXT    NOT NULL,
+			width        INTEGER NOT NULL,
+			height       INTEGER NOT NULL,
+			duration_ms  INTEGER NOT NULL,
+			thumbnail    INTEGER NOT NULL,
+			preview      TEXT    NOT NULL,
+			completed_at INTEGER NOT NULL,
+			refs         INTEGER NOT NULL,
+			idle_since   INTEGER NOT NULL
+		)`,
+		`CREATE INDEX attachments_by_owner ON attachments (owner_id, created_at, size)`,
+		`CREATE INDEX attachments_idle ON attachments (idle_since, id) WHERE refs = 0`,
+		// The attachment a message carries; NULL when none. The partial index holds only
+		// the unrecalled messages that carry one (AttachmentRefs), so a send without an
+		// attachment writes no index entry.
+		`ALTER TABLE messages ADD COLUMN attachment_id TEXT`,
+		`CREATE INDEX messages_by_attachment ON messages (attachment_id, conv_id, seq)
+			WHERE attachment_id IS NOT NULL AND recalled = 0`,
 	}}
 }
 

@@ -247,15 +247,21 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 // InsertMessage implements store.MessageWriter.
 func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	_, err := t.q.exec(ctx, stInsertMessage, m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID,
-		m.ContentType, blob(m.Content), blob(m.Extra), m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions))
+		m.ContentType, blob(m.Content), blob(m.Extra), m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions),
+		nullString(m.AttachmentID))
 	if err != nil {
 		return t.q.fail(err, "insert message %q/%d", m.ConvID, m.Seq)
 	}
 	return nil
 }
 
-// RecallMessage implements store.MessageWriter.
-func (t writeTx) RecallMessage(ctx context.Context, convID string, seq int64) error {
+// RecallMessage implements store.MessageWriter: first the attachment's count, while the
+// message still reads unrecalled (a no-op when it carries none or is recalled already),
+// then the message. The single writer makes the two one step.
+func (t writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64) error {
+	if _, err := t.q.exec(ctx, stDropAttachmentRef, at, convID, seq); err != nil {
+		return t.q.fail(err, "uncount the attachment of message %q/%d", convID, seq)
+	}
 	res, err := t.q.exec(ctx, stRecallMessage, convID, seq)
 	return t.expectOne(res, err, "recall message %q/%d", convID, seq)
 }
@@ -361,6 +367,15 @@ func (t writeTx) expectOne(res sql.Result, err error, format string, args ...any
 	return nil
 }
 
+// nullString stores an empty string as NULL: an absent attachment id, which the partial
+// index messages_by_attachment then leaves out.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 // blob stores a nil slice as NULL, so that "absent" survives a round trip.
 func blob(b []byte) any {
 	if b == nil {
@@ -388,5 +403,34 @@ var (
 	scanConversation = sqlrow.Conversation
 	scanMember       = sqlrow.Member
 	scanMembership   = sqlrow.Membership
-	scanMessage      = sqlrow.Message
 )
+
+// scanMessage reads msgCols: sqlrow.Message's columns, then attachment_id, which the
+// shared reader does not know yet. Its destinations are listed here rather than the shared
+// reader wrapped, so that a message read (one per send, for the duplicate check) allocates
+// nothing more than before.
+func scanMessage(r rowScanner) (store.Message, error) {
+	var m store.Message
+	err := r.Scan(&m.ConvID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderID, &m.ContentType,
+		&m.Content, &m.Extra, &m.CreatedAt, &m.Recalled, sqlrow.MentionsDest(&m.Mentions),
+		emptyIfNull{&m.AttachmentID})
+	return m, err
+}
+
+// emptyIfNull is a scan destination that reads a nullable text column into *s: "" for NULL.
+// A single pointer, it fits an interface without an allocation.
+type emptyIfNull struct{ s *string }
+
+func (d emptyIfNull) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*d.s = ""
+	case string:
+		*d.s = v
+	case []byte:
+		*d.s = string(v)
+	default:
+		return fmt.Errorf("sqlite: text column holds a %T", src)
+	}
+	return nil
+}
