@@ -78,6 +78,10 @@ func serveFlags(c *serveConfig, stderr io.Writer) (fs *flag.FlagSet, sealBus *bo
 	fs.StringVar(&n.BusAuth.TLSCert, "bus-tls-cert", "", "with --bus: PEM client certificate for NATS mutual TLS (with --bus-tls-key)")
 	fs.StringVar(&n.BusAuth.TLSKey, "bus-tls-key", "", "with --bus: PEM key of --bus-tls-cert")
 	sealBus = fs.Bool("bus-seal", true, "seal every bus message with the cluster key kept in the store (false only to measure its cost, or on a trusted network)")
+	fs.StringVar(&n.BlobStore, "blob-store", "", "where attachments' bytes are kept: empty for files under the data directory, file:///path, or s3://bucket[/prefix]?endpoint=https://host&region=... (keys from the AWS_* variables or &credentials_file=); required with --store postgres")
+	fs.Int64Var(&n.Chat.MaxUploadSize, "max-upload-size", n.Chat.MaxUploadSize, "largest attachment, in bytes")
+	fs.Int64Var(&n.Chat.UploadQuota, "upload-quota", n.Chat.UploadQuota, "bytes one user may upload in 24 hours (at least --max-upload-size)")
+	fs.DurationVar(&n.Attach.IdleAfter, "upload-idle", 24*time.Hour, "how long an attachment that no message carries is kept (never sent, or every message carrying it recalled)")
 	fs.BoolVar(&n.Relaxed, "relaxed-durability", false, "fsync less: may lose the last acked messages on power loss (sqlite), or even on a crash of the process (pebble)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -127,6 +131,9 @@ var configFlags = map[string]string{
 	"PostgresMaxBatch":    "postgres-max-batch",
 	"PostgresBatchWait":   "postgres-batch-wait",
 	"Relaxed":             "relaxed-durability",
+	"BlobStore":           "blob-store",
+	"MaxUploadSize":       "max-upload-size",
+	"UploadQuota":         "upload-quota",
 	"BusURL":              "bus",
 	"BusAuth":             "bus-creds, --bus-nkey or --bus-tls-*",
 	"Push.Content":        "push-content",

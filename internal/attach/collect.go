@@ -13,7 +13,7 @@ func (s *Service) Run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.CollectEvery)
 	defer t.Stop()
 	for {
-		if _, err := s.Collect(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if _, err := s.Collect(ctx, s.chat.Now()); err != nil && ctx.Err() == nil {
 			s.log.Warn("attach: collect", "err", err)
 		}
 		select {

@@ -108,7 +108,7 @@ func (s *Service) SignURLs(ctx context.Context, me chat.Identity, id string, exp
 	if a.State != store.AttachmentComplete {
 		return protocol.AttachmentURLs{}, fmt.Errorf("%w: the upload is not complete", chat.ErrConflict)
 	}
-	exp := time.Now().Add(expiresIn).Unix()
+	exp := s.chat.Now().Add(expiresIn).Unix()
 	out := protocol.AttachmentURLs{Content: s.signedPath(id, false, exp), ExpiresAt: exp * 1000}
 	if a.Thumbnail {
 		out.Thumbnail = s.signedPath(id, true, exp)
@@ -136,7 +136,7 @@ func (s *Service) sign(id string, thumb bool, exp int64) string {
 func (s *Service) signedAttachment(ctx context.Context, q url.Values, id string, thumb bool) (store.Attachment, error) {
 	notFound := fmt.Errorf("%w: no such attachment, or the URL has expired", chat.ErrNotFound)
 	exp, err := strconv.ParseInt(q.Get("expires"), 10, 64)
-	if err != nil || time.Now().Unix() > exp || !protocol.ValidAttachmentID(id) ||
+	if err != nil || s.chat.Now().Unix() > exp || !protocol.ValidAttachmentID(id) ||
 		!hmac.Equal([]byte(q.Get("sig")), []byte(s.sign(id, thumb, exp))) {
 		return store.Attachment{}, notFound
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/tus/tusd/v2/pkg/memorylocker"
 	tuslog "golang.org/x/exp/slog"
 
+	"github.com/parleychat/parley/internal/blob/disk"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/media"
 	"github.com/parleychat/parley/internal/store"
@@ -244,7 +245,7 @@ func (s syncStore) NewUpload(ctx context.Context, info tushandler.FileInfo) (tus
 	if err != nil {
 		return nil, err
 	}
-	return syncUpload{u, s.path(u)}, syncDir(s.Path)
+	return syncUpload{u, s.path(u)}, disk.Sync(s.Path)
 }
 
 func (s syncStore) GetUpload(ctx context.Context, id string) (tushandler.Upload, error) {
@@ -268,33 +269,9 @@ type syncUpload struct {
 func (u syncUpload) WriteChunk(ctx context.Context, offset int64, src io.Reader) (int64, error) {
 	n, err := u.Upload.WriteChunk(ctx, offset, src)
 	if n > 0 {
-		if serr := syncFile(u.path); err == nil {
+		if serr := disk.Sync(u.path); err == nil {
 			err = serr
 		}
 	}
 	return n, err
-}
-
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

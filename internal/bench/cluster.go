@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -119,6 +120,7 @@ type cluster struct {
 	secret string
 	base   string // the database URL given
 	schema string
+	blobs  string // the directory of the nodes' shared blob store
 
 	pgMu sync.Mutex // guards pg
 	pg   *pgx.Conn  // the bench's own connection: creates and drops the schema, reads statistics
@@ -142,7 +144,11 @@ func startCluster(ctx context.Context, cfg Config, opts Options, extra []string,
 		cl.Stop()
 		return nil, err
 	}
-	args := append(append([]string(nil), extra...), "--store", "postgres", "--postgres-url", nodeURL)
+	if cl.blobs, err = os.MkdirTemp("", "parley-bench-blobs-"); err != nil {
+		cl.Stop()
+		return nil, err
+	}
+	args := append(append([]string(nil), extra...), "--store", "postgres", "--postgres-url", nodeURL, "--blob-store", "file://"+cl.blobs)
 	if cfg.Bus != "" {
 		args = append(args, "--bus", cfg.Bus)
 	}
@@ -187,6 +193,9 @@ func (cl *cluster) Stop() {
 		wg.Go(s.Stop)
 	}
 	wg.Wait()
+	if cl.blobs != "" {
+		_ = os.RemoveAll(cl.blobs)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl.pgMu.Lock()

@@ -1,7 +1,9 @@
 package chat
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -20,6 +22,62 @@ const quotaWindow = 24 * time.Hour
 // errNoAttachment is the answer for an attachment that does not exist and, word for word,
 // for one the caller may not see: a stranger must not learn which ids exist.
 var errNoAttachment = notFound("no such attachment")
+
+// errBadAttachment answers a send whose content names an attachment that is unknown, not
+// the sender's, or not completely uploaded. Unlike a download's 404 it may say so: the
+// sender learns nothing of other users' uploads from it.
+var errBadAttachment = invalid("content.attachment_id names no complete upload of yours")
+
+// attachmentContent checks the content of a message that carries an attachment (content
+// types 2 to 5) and returns it as it is stored: with content.attachment set to the
+// attachment's metadata, replacing anything the client put there, so that every reader
+// lays the message out without another request; and the attachment's id. The store checks
+// the attachment again in the append, atomically (store.ErrBadAttachment): this read only
+// gives a clear error early and the metadata to embed.
+func (s *Service) attachmentContent(ctx context.Context, me Identity, content []byte, extraLen int) ([]byte, string, error) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(content, &fields) != nil || fields == nil {
+		return nil, "", invalid("content of an attachment message must be a JSON object")
+	}
+	var c protocol.AttachmentContent
+	if err := json.Unmarshal(content, &c); err != nil {
+		return nil, "", invalid("content: attachment_id, name and caption must be strings")
+	}
+	switch {
+	case !protocol.ValidAttachmentID(c.AttachmentID):
+		return nil, "", invalid("content.attachment_id is missing or malformed: it is the id of an upload (a_ and 26 characters)")
+	case len(c.Name) > protocol.MaxAttachmentName:
+		return nil, "", invalid("content.name is longer than %d bytes", protocol.MaxAttachmentName)
+	case len(c.Caption) > protocol.MaxCaption:
+		return nil, "", invalid("content.caption is longer than %d bytes", protocol.MaxCaption)
+	}
+	a, err := s.OwnUpload(ctx, me, c.AttachmentID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, "", errBadAttachment
+	case err != nil:
+		return nil, "", err
+	case a.State != store.AttachmentComplete:
+		return nil, "", errBadAttachment
+	}
+	meta, err := json.Marshal(AttachmentWire(a))
+	if err != nil {
+		return nil, "", err
+	}
+	fields["attachment"] = meta
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // the client's text as it wrote it, not grown sixfold by \u003c
+	if err := enc.Encode(fields); err != nil {
+		return nil, "", err
+	}
+	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(out)+extraLen > protocol.MaxContentBytes {
+		return nil, "", fmt.Errorf("%w: content plus extra exceed %d bytes with the attachment's metadata (%d bytes) added",
+			ErrTooLarge, protocol.MaxContentBytes, len(meta))
+	}
+	return out, c.AttachmentID, nil
+}
 
 // NewAttachmentID returns a fresh attachment id.
 func NewAttachmentID() string { return newID("a_") }

@@ -50,6 +50,11 @@ func (s *Service) StartSend(ctx context.Context, me Identity, req protocol.SendR
 		ContentType: req.ContentType, Content: req.Content, Extra: extra, CreatedAt: s.nowMS(),
 		Mentions: mentions,
 	}
+	if protocol.IsAttachmentContent(req.ContentType) {
+		if m.Content, m.AttachmentID, err = s.attachmentContent(ctx, me, req.Content, len(extra)); err != nil {
+			return PendingSend{}, err
+		}
+	}
 	epoch := s.recent.Epoch()
 	p, err := s.st.StartAppend(ctx, m)
 	if err != nil {
@@ -130,8 +135,11 @@ func (s *Service) publishMessageEvents(ctx context.Context, m *store.Message, pa
 // appendErr turns the error of a message append into Send's (recording the write's outcome
 // for Healthy, success included): a missing conversation or a non-member is one 404.
 func (s *Service) appendErr(ctx context.Context, err error) error {
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		err = errNoConversation
+	case errors.Is(err, store.ErrBadAttachment):
+		return errBadAttachment // the request's fault: the write went fine
 	}
 	return s.wrote(ctx, "send", err)
 }

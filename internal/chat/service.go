@@ -212,3 +212,7 @@ func (s *Service) Close() { s.bg.Close() }
 func (s *Service) Hub() *hub.Hub { return s.hub }
 
 func (s *Service) nowMS() int64 { return s.now().UnixMilli() }
+
+// Now is the service's clock (Options.Now), for the parts beside it that keep time by its
+// rules: signed URLs' expiry, the attachment collector.
+func (s *Service) Now() time.Time { return s.now() }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/parleychat/parley/internal/parleytest"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store/postgres/pgtest"
 )
@@ -22,9 +23,9 @@ var engines = []string{"pebble", "sqlite", "postgres"}
 // withEngine makes the node store in engine, whatever PARLEY_TEST_STORE says.
 func withEngine(t testing.TB, engine string) func(*server.Config) {
 	return func(cfg *server.Config) {
-		cfg.Engine, cfg.PostgresURL = engine, ""
+		cfg.Engine, cfg.PostgresURL, cfg.BlobStore = engine, "", ""
 		if engine == "postgres" {
-			cfg.PostgresURL = pgtest.SchemaURL(t, cfg.Data)
+			cfg.PostgresURL, cfg.BlobStore = pgtest.SchemaURL(t, cfg.Data), parleytest.SharedBlobs(cfg.Data)
 		}
 	}
 }

@@ -136,7 +136,7 @@ func TestAttackComputeDirectID(t *testing.T) {
 func restartConfig(n *node) server.Config {
 	cfg := server.DefaultConfig(n.Dir)
 	cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
-	cfg.Engine, cfg.PostgresURL = n.Config.Engine, n.Config.PostgresURL
+	cfg.Engine, cfg.PostgresURL, cfg.BlobStore = n.Config.Engine, n.Config.PostgresURL, n.Config.BlobStore
 	return cfg
 }
 

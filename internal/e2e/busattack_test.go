@@ -42,12 +42,13 @@ func startBusCluster(t *testing.T, configure ...func(*server.Config)) *busCluste
 	t.Helper()
 	parleytest.OneNode(t, "it builds its cluster itself")
 	bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{}).Close() // skips when NATS is absent
-	url := pgtest.SchemaURL(t, t.TempDir())
+	shared := t.TempDir()
+	url := pgtest.SchemaURL(t, shared)
 	c := &busCluster{prefix: bustest.RandomPrefix(t), spyNews: make(chan struct{}, 1), url: url}
 	nodes := make([]*node, 2)
 	for i := range nodes {
 		cfg := server.DefaultConfig(t.TempDir())
-		cfg.Engine, cfg.PostgresURL = "postgres", url
+		cfg.Engine, cfg.PostgresURL, cfg.BlobStore = "postgres", url, parleytest.SharedBlobs(shared)
 		cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Bus = bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: c.prefix, NoEcho: true})

@@ -29,7 +29,7 @@ func TestPushCluster(t *testing.T) {
 	nodes := make([]*node, 3)
 	for i := range nodes {
 		cfg := server.DefaultConfig(t.TempDir())
-		cfg.Engine, cfg.PostgresURL = "postgres", url
+		cfg.Engine, cfg.PostgresURL, cfg.BlobStore = "postgres", url, parleytest.SharedBlobs(dir)
 		cfg.AdminSecret = "test-admin-secret-0123456789abcdef"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.Bus = bustest.OpenNATS(t, bustest.NATSURL(), bus.NATSOptions{Prefix: prefix, NoEcho: true})

@@ -46,15 +46,11 @@ func (g *Gateway) upload(withID bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var me chat.Identity
 		if r.Method != http.MethodOptions {
-			sess, err := g.authenticate(r, false)
-			if err == nil {
-				err = g.allow(sess.Identity, false)
-			}
-			if err != nil {
+			var err error
+			if me, err = g.rateLimitedClient(r); err != nil {
 				g.refuse(w, r, err)
 				return
 			}
-			me = sess.Identity
 		}
 		id := ""
 		if withID {
@@ -62,6 +58,16 @@ func (g *Gateway) upload(withID bool) http.Handler {
 		}
 		g.attachments.ServeUpload(w, r, me, id)
 	})
+}
+
+// rateLimitedClient authenticates a client's request and counts it against the device's
+// request rate, for the routes that write their own responses.
+func (g *Gateway) rateLimitedClient(r *http.Request) (chat.Identity, error) {
+	sess, err := g.authenticate(r, false)
+	if err == nil {
+		err = g.allow(sess.Identity, false)
+	}
+	return sess.Identity, err
 }
 
 // download serves an attachment's bytes to a bearer of a token, or of a signed URL (a
@@ -73,15 +79,12 @@ func (g *Gateway) download(thumb bool) http.HandlerFunc {
 			g.attachments.ServeContent(w, r, nil, id, thumb)
 			return
 		}
-		sess, err := g.authenticate(r, false)
-		if err == nil {
-			err = g.allow(sess.Identity, false)
-		}
+		me, err := g.rateLimitedClient(r)
 		if err != nil {
 			g.refuse(w, r, err)
 			return
 		}
-		g.attachments.ServeContent(w, r, &sess.Identity, id, thumb)
+		g.attachments.ServeContent(w, r, &me, id, thumb)
 	}
 }
 
@@ -109,5 +112,5 @@ func (g *Gateway) attachmentURLs(r *http.Request, body []byte, me chat.Identity)
 func ErrorReply(err error) (int, []byte) {
 	code := statusOf(err)
 	b, _ := json.Marshal(protocol.ErrorBody{Code: code, Error: errorMessage(err, code)})
-	return code, b
+	return code, append(b, '\n') // as writeJSON ends every body
 }

@@ -18,6 +18,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,12 +54,17 @@ func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv(EnvStore) == "postgres" {
 		cfg.Engine, cfg.PostgresURL = "postgres", pgtest.SchemaURL(tb, cfg.Data)
+		cfg.BlobStore = SharedBlobs(cfg.Data) // one directory for every node of a cluster
 	}
 	for _, f := range configure {
 		f(&cfg)
 	}
 	return StartWith(tb, cfg)
 }
+
+// SharedBlobs returns the blob store URL of a file store under dir, for nodes on a shared
+// database, which need one (server.Config.BlobStore): on one machine every node sees it.
+func SharedBlobs(dir string) string { return "file://" + filepath.Join(dir, "shared-blobs") }
 
 // EnvStore names the variable that selects the store of the nodes Start runs: unset for
 // the default embedded engine, "postgres" for a schema of its own in the test database

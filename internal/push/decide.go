@@ -178,7 +178,7 @@ func (w *pass) notification(d *deviceState, e *store.Event) Notification {
 		ID: notificationID(w.uid, d.t.DeviceID, e.Cursor), CollapseID: collapseID(e.ConvID),
 		ConvID: e.ConvID, Seq: m.Seq, Cursor: e.Cursor, SenderID: m.SenderID,
 		SenderName: w.name(m.SenderID), Badge: w.userBadge(),
-		Expiration: time.UnixMilli(e.TS).Add(w.p.o.GiveUpAfter), eventTS: e.TS,
+		Expiration: time.UnixMilli(e.TS).Add(w.p.o.GiveUpAfter), eventTS: e.TS, Kind: kinds[m.ContentType],
 	}
 	if w.p.o.Preview > 0 {
 		n.Preview = preview(m.Content, w.p.o.Preview)

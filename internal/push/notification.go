@@ -59,6 +59,25 @@ func collapseID(convID string) string {
 	return base64.RawURLEncoding.EncodeToString(h[:16])
 }
 
+// kinds name what a message of content types 2 to 5 carries (push.Notification.Kind),
+// and kindLabels what an alert says of it.
+var (
+	kinds      = map[int]string{2: "image", 3: "file", 4: "audio", 5: "video"}
+	kindLabels = map[string]string{"image": "Photo", "file": "File", "audio": "Voice message", "video": "Video"}
+)
+
+// Body is what an alert shows of n: its preview, else what kind of attachment it carries
+// ("Photo"), else "New message".
+func (n Notification) Body() string {
+	switch {
+	case n.Preview != "":
+		return n.Preview
+	case kindLabels[n.Kind] != "":
+		return kindLabels[n.Kind]
+	}
+	return "New message"
+}
+
 // preview returns the start of a text message (content {"text": "…"}), at most n
 // characters, or "" for any other content.
 func preview(content []byte, n int) string {

@@ -52,6 +52,10 @@ type Notification struct {
 	SenderName string
 	Badge      int    // the user's unread total, muted conversations left out
 	Preview    string // truncated text, only with --push-content preview
+	// Kind says what an attachment message carries ("image", "file", "audio", "video"),
+	// never what is in it, so that even without a preview the alert can say "Photo"; empty
+	// for other messages.
+	Kind string
 	// BadgeOnly marks a silent update of the badge (the user read on another device): no
 	// alert, no sound.
 	BadgeOnly bool
@@ -133,6 +137,9 @@ func (n Notification) Data() map[string]string {
 		d["sender_name"] = n.SenderName
 		if n.Preview != "" {
 			d["preview"] = n.Preview
+		}
+		if n.Kind != "" {
+			d["kind"] = n.Kind
 		}
 	}
 	return d

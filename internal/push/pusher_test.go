@@ -403,6 +403,32 @@ func TestPreview(t *testing.T) {
 	}
 }
 
+// TestNotificationBody: an alert shows the preview if any, else says what kind of
+// attachment the message carries, else "New message"; Data carries the kind.
+func TestNotificationBody(t *testing.T) {
+	for _, c := range []struct {
+		n    Notification
+		want string
+	}{
+		{Notification{Preview: "hi", Kind: "image"}, "hi"},
+		{Notification{Kind: kinds[2]}, "Photo"},
+		{Notification{Kind: kinds[3]}, "File"},
+		{Notification{Kind: kinds[4]}, "Voice message"},
+		{Notification{Kind: kinds[5]}, "Video"},
+		{Notification{Kind: kinds[1]}, "New message"},
+	} {
+		if got := c.n.Body(); got != c.want {
+			t.Errorf("Body of %+v = %q, want %q", c.n, got, c.want)
+		}
+	}
+	if d := (Notification{Kind: "file"}).Data(); d["kind"] != "file" {
+		t.Errorf("Data()[kind] = %q, want file", d["kind"])
+	}
+	if d := (Notification{}).Data(); d["kind"] != "" {
+		t.Errorf("Data() of a text message has kind %q", d["kind"])
+	}
+}
+
 // TestProviderDownThenBack: while the provider answers 503 to everything, the pusher stops
 // after breakerAfter failures and only probes; when it answers again, every device is
 // pushed once.

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/parleychat/parley/internal/attach"
 	"log/slog"
 	"time"
 
@@ -47,6 +48,13 @@ type Config struct {
 	BusKeyReload time.Duration
 	// Push configures offline push (push.go).
 	Push PushConfig
+	// BlobStore is where attachments' bytes are kept (blobopen.Open): "" for files under
+	// Data/blobs, "file:///path" for files elsewhere, "s3://bucket?endpoint=...&region=..."
+	// for S3-compatible object storage. Required with Engine postgres, whose nodes must all
+	// see every file.
+	BlobStore string
+	// Attach tunes attachments (signed URL expiry, the collector, thumbnails).
+	Attach attach.Config
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
 	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
 	// which nodes sharing a store must share, and is not locked, so that they may share it.
@@ -95,6 +103,9 @@ func (c Config) Validate() error {
 		bad("PostgresMaxBatch", "must not be negative")
 	case postgres && c.Relaxed:
 		bad("Relaxed", "is for the embedded engines; on PostgreSQL set synchronous_commit in the server or the URL")
+	}
+	if postgres && c.BlobStore == "" {
+		bad("BlobStore", "is required with Engine postgres, so that every node sees every attachment: s3://bucket?endpoint=...&region=... (or file:///path on a file system every node mounts)")
 	}
 	switch {
 	case c.Bus == nil && c.BusURL == "" && !c.BusAuth.IsZero():

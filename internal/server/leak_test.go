@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestNodeLeavesNoGoroutine(t *testing.T) {
 		{"pebble", func(t *testing.T, c *server.Config) func() { c.Engine = "pebble"; return nil }},
 		{"sqlite", func(t *testing.T, c *server.Config) func() { c.Engine = "sqlite"; return nil }},
 		{"postgres", func(t *testing.T, c *server.Config) func() {
-			c.Engine, c.PostgresURL = "postgres", pgtest.SchemaURL(t, c.Data)
+			c.Engine, c.PostgresURL, c.BlobStore = "postgres", pgtest.SchemaURL(t, c.Data), "file://"+filepath.Join(c.Data, "blobs")
 			return nil
 		}},
 		{"pebble with NATS", func(t *testing.T, c *server.Config) func() {

@@ -73,6 +73,15 @@ test('sw: without a preview the body says "New message"; without a name, the sen
   assert.equal(w.did.notifications[0].title, 'bob');
 });
 
+test('sw: an attachment message without a preview says what it carries, not what is in it', async () => {
+  const w = loadWorker();
+  const { preview, ...rest } = message;
+  for (const [kind, body] of [['image', 'Photo'], ['file', 'File'], ['audio', 'Voice message'], ['video', 'Video'], ['hologram', 'New message']]) {
+    await w.dispatch('push', pushEvent(JSON.stringify({ ...rest, kind })));
+    assert.equal(w.did.notifications.at(-1).body, body, kind);
+  }
+});
+
 test('sw: a badge push sets or clears the badge and shows nothing', async () => {
   const w = loadWorker();
   await w.dispatch('push', pushEvent(JSON.stringify({ type: 'badge', push_id: 'p2', badge: '0' })));

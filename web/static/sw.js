@@ -4,18 +4,23 @@
 //
 // A push's data is the JSON of the server's Notification.Data() (internal/push/provider.go):
 //   {"type": "message"|"badge", "push_id", "badge", and for a message "conv_id", "seq",
-//    "cursor", "sender_id", "sender_name", "preview"?}
+//    "cursor", "sender_id", "sender_name", "preview"?, "kind"?}
+// "kind" says what an attachment message carries (image, file, audio, video), for an alert
+// that says "Photo" without showing anything of it.
 // A message shows a notification titled by the sender, tagged by the conversation (so a
 // burst shows as one) and sets the app badge; a badge push only sets the badge. Clicking a
 // notification focuses the app (or opens it) at that conversation.
 
 'use strict';
 
+/** What an alert says of a message that carries an attachment of each kind. */
+const kindLabels = { image: 'Photo', file: 'File', audio: 'Voice message', video: 'Video' };
+
 /** The notification a message push shows, as [title, options]; null for a badge push. */
 function notificationFor(data) {
   if (!data || data.type !== 'message' || !data.conv_id) return null;
   return [data.sender_name || data.sender_id || 'Parley', {
-    body: data.preview || 'New message',
+    body: data.preview || kindLabels[data.kind] || 'New message',
     tag: data.conv_id,
     icon: '/static/icon.svg',
     badge: '/static/icon.svg',

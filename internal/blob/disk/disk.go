@@ -55,7 +55,7 @@ func Open(root string) (*Store, error) {
 	if err := os.Mkdir(s.tmp, 0o700); err != nil {
 		return nil, ioErr("open", root, err)
 	}
-	if err := syncPath(s.root); err != nil {
+	if err := Sync(s.root); err != nil {
 		return nil, ioErr("open", root, err)
 	}
 	return s, nil
@@ -154,7 +154,7 @@ func commit(ctx context.Context, tmp, path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("%w: %w", blob.ErrUnavailable, err)
 	}
-	if err := syncPath(dir); err != nil {
+	if err := Sync(dir); err != nil {
 		return fmt.Errorf("%w: %w", blob.ErrUnavailable, err)
 	}
 	return nil
@@ -210,7 +210,7 @@ func stamp(path string) error {
 	if err := os.Chtimes(path, now, now); err != nil {
 		return fmt.Errorf("%w: %w", blob.ErrUnavailable, err)
 	}
-	if err := syncPath(path); err != nil {
+	if err := Sync(path); err != nil {
 		return fmt.Errorf("%w: %w", blob.ErrUnavailable, err)
 	}
 	return nil
@@ -257,7 +257,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		}
 		return ioErr("delete", key, err)
 	}
-	if err := syncPath(filepath.Dir(path)); err != nil {
+	if err := Sync(filepath.Dir(path)); err != nil {
 		return ioErr("delete", key, err)
 	}
 	return nil
@@ -321,14 +321,16 @@ func mkdirs(dir string) error {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncPath(parent)
+	return Sync(parent)
 }
 
-// syncPath makes the file or directory at path durable (a directory's entries).
-func syncPath(path string) error {
+// Sync fsyncs the file or directory at path: a directory, so that the names created,
+// renamed or removed in it survive a crash; a file, so that its bytes do (an fsync through
+// a descriptor opened for reading syncs the file's data too, on the systems Parley runs on).
+func Sync(path string) error {
 	d, err := os.Open(path)
 	if err != nil {
 		return err

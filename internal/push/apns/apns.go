@@ -232,12 +232,8 @@ func payload(n push.Notification) map[string]any {
 		m["aps"] = aps{Badge: n.Badge}
 		return m
 	}
-	body := n.Preview
-	if body == "" {
-		body = "New message"
-	}
 	m["aps"] = aps{
-		Alert:          &alert{Title: n.SenderName, Body: body},
+		Alert:          &alert{Title: n.SenderName, Body: n.Body()},
 		Badge:          n.Badge,
 		Sound:          "default",
 		MutableContent: 1,
