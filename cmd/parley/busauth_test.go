@@ -30,7 +30,7 @@ func TestServeBusCredsAndTLS(t *testing.T) {
 	creds := op.UserCreds(t, dir, "node")
 	ns := bustest.StartNATSServer(t, dir, op.ServerConfig()+
 		`tls { cert_file: "`+f.ServerCert+`", key_file: "`+f.ServerKey+`", ca_file: "`+f.CA+`", verify: true, timeout: 5 }`+"\n")
-	args := []string{"--admin-secret", testSecret, "--store", "postgres", "--postgres-url", pgtest.SchemaURL(t, t.Name()),
+	args := []string{"--admin-secret", testSecret, "--store", "postgres", "--postgres-url", pgtest.SchemaURL(t, t.Name()), "--blob-store", "file://" + t.TempDir(),
 		"--bus", ns.URL("tls", ""), "--bus-tls-ca", f.CA, "--bus-tls-cert", f.ClientCert, "--bus-tls-key", f.ClientKey}
 	a := runServe(t, nil, append(args, "--data", t.TempDir(), "--bus-creds", creds)...)
 	b := runServe(t, nil, append(args, "--data", t.TempDir(), "--bus-creds", creds)...)
@@ -117,7 +117,7 @@ func TestServeHidesSecrets(t *testing.T) {
 	}
 	pg.User = url.UserPassword(pg.User.Username(), pgSecret) // trust authentication ignores it
 	busURL := ns.URL("nats", "parley:"+busSecret)
-	base := []string{"--admin-secret", testSecret, "--store", "postgres", "--log-level", "debug"}
+	base := []string{"--admin-secret", testSecret, "--store", "postgres", "--log-level", "debug", "--blob-store", "file://" + t.TempDir()}
 
 	n := runServe(t, nil, append(base, "--data", t.TempDir(), "--postgres-url", pg.String(), "--bus", busURL)...)
 	health := healthz(t, n.URL)

@@ -52,7 +52,7 @@ func TestClusterPostgresRestart(t *testing.T) {
 	pg := pgtest.Private(t)
 	w := &crashWorld{t: t, dir: t.TempDir(), ofUser: map[int][]int{}, byID: map[string]int{}}
 	args := []string{"--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0",
-		"--store", "postgres", "--postgres-url", pg.URL}
+		"--store", "postgres", "--postgres-url", pg.URL, "--blob-store", "file://" + t.TempDir()}
 	nodes := []*proc{startServe(t, t.TempDir(), args...), startServe(t, t.TempDir(), args...)}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

@@ -328,7 +328,7 @@ func crashArgs(t *testing.T, engine string) []string {
 	switch engine {
 	case "":
 	case "postgres":
-		args = append(args, "--store", engine, "--postgres-url", pgtest.SchemaURL(t, t.Name()))
+		args = append(args, "--store", engine, "--postgres-url", pgtest.SchemaURL(t, t.Name()), "--blob-store", "file://"+t.TempDir())
 	default:
 		args = append(args, "--store", engine)
 	}
