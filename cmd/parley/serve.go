@@ -79,6 +79,7 @@ func serveFlags(c *serveConfig, stderr io.Writer) (fs *flag.FlagSet, sealBus *bo
 	fs.StringVar(&n.BusAuth.TLSKey, "bus-tls-key", "", "with --bus: PEM key of --bus-tls-cert")
 	sealBus = fs.Bool("bus-seal", true, "seal every bus message with the cluster key kept in the store (false only to measure its cost, or on a trusted network)")
 	fs.StringVar(&n.BlobStore, "blob-store", "", "where attachments' bytes are kept: empty for files under the data directory, file:///path, or s3://bucket[/prefix]?endpoint=https://host&region=... (keys from the AWS_* variables or &credentials_file=); required with --store postgres")
+	fs.StringVar(&n.UploadsDir, "uploads-dir", "", "where uploads in progress are kept (default: uploads under the data directory); nodes on one --store postgres resume one another's uploads only if they share it, else route each /v1/uploads/{id} to one node")
 	fs.Int64Var(&n.Chat.MaxUploadSize, "max-upload-size", n.Chat.MaxUploadSize, "largest attachment, in bytes")
 	fs.Int64Var(&n.Chat.UploadQuota, "upload-quota", n.Chat.UploadQuota, "bytes one user may upload in 24 hours (at least --max-upload-size)")
 	fs.DurationVar(&n.Attach.IdleAfter, "upload-idle", 24*time.Hour, "how long an attachment that no message carries is kept (never sent, or every message carrying it recalled)")

@@ -195,9 +195,14 @@ func TestAttachmentUploadResumes(t *testing.T) {
 	if _, err := n.tusRequest("PATCH", "/v1/uploads/"+id, alice, pr, http.Header{"Upload-Offset": {"0"}}); err == nil {
 		t.Fatal("the PATCH whose body failed succeeded")
 	}
+	// On a cluster the upload resumes on another node than the one that took it.
+	resume := n
+	if len(n.Nodes) > 1 {
+		resume = &node{n.Nodes[1]}
+	}
 	var off int64
 	eventually(t, "the server acknowledges what the dropped PATCH carried", func() bool {
-		off = n.uploadOffset(t, alice, id)
+		off = resume.uploadOffset(t, alice, id)
 		return off > 0
 	})
 	if off > 1<<20 {
@@ -206,7 +211,7 @@ func TestAttachmentUploadResumes(t *testing.T) {
 	if got := n.ok(t, "GET", "/v1/attachments/"+id, alice, nil); got["complete"] != false {
 		t.Fatalf("an upload half done: %v", got)
 	}
-	if end := n.patch(t, alice, id, off, data[off:]); end != int64(len(data)) {
+	if end := resume.patch(t, alice, id, off, data[off:]); end != int64(len(data)) {
 		t.Fatalf("resumed PATCH: offset %d, want %d", end, len(data))
 	}
 	info := n.ok(t, "GET", "/v1/attachments/"+id, alice, nil)

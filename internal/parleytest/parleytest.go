@@ -55,6 +55,7 @@ func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 	if os.Getenv(EnvStore) == "postgres" {
 		cfg.Engine, cfg.PostgresURL = "postgres", pgtest.SchemaURL(tb, cfg.Data)
 		cfg.BlobStore = SharedBlobs(cfg.Data) // one directory for every node of a cluster
+		cfg.UploadsDir = filepath.Join(cfg.Data, "shared-uploads")
 	}
 	for _, f := range configure {
 		f(&cfg)

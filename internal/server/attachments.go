@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 
@@ -16,7 +17,7 @@ import (
 const AttachmentSecretFile = "attachment-url.secret"
 
 // UploadsDir is where, under the data directory, uploads in progress are kept until they
-// complete and move to the blob store.
+// complete and move to the blob store, unless Config.UploadsDir says otherwise.
 const UploadsDir = "uploads"
 
 // openAttachments opens the blob store cfg names and the attachment service over it.
@@ -30,7 +31,7 @@ func openAttachments(cfg Config, svc *chat.Service, secret func(string) (string,
 		return nil, nil, fmt.Errorf("open blob store: %w", err)
 	}
 	att, err := attach.New(attach.Options{
-		Chat: svc, Blobs: blobs, Dir: filepath.Join(cfg.Data, UploadsDir), Secret: []byte(key),
+		Chat: svc, Blobs: blobs, Dir: cmp.Or(cfg.UploadsDir, filepath.Join(cfg.Data, UploadsDir)), Secret: []byte(key),
 		Config: cfg.Attach, Logger: cfg.Logger, ErrorReply: gateway.ErrorReply,
 	})
 	if err != nil {

@@ -53,6 +53,11 @@ type Config struct {
 	// for S3-compatible object storage. Required with Engine postgres, whose nodes must all
 	// see every file.
 	BlobStore string
+	// UploadsDir is where uploads in progress are kept until they complete and move to the
+	// blob store: "" for Data/uploads. Nodes sharing a store resume one another's uploads
+	// only if they share this directory (a file system every node mounts); otherwise a
+	// balancer must send each upload's requests to the node that took its creation.
+	UploadsDir string
 	// Attach tunes attachments (signed URL expiry, the collector, thumbnails).
 	Attach attach.Config
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
