@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"os"
 	"strconv"
@@ -30,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/parleychat/parley/internal/blob"
 )
@@ -118,6 +120,7 @@ func Open(opts Options) (*Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	cfg.Logger = warnings{}
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
@@ -125,6 +128,16 @@ func Open(opts Options) (*Store, error) {
 		o.UsePathStyle = opts.PathStyle
 	})
 	return &Store{client: client, bucket: opts.Bucket, prefix: opts.Prefix}, nil
+}
+
+// warnings logs the SDK's warnings and drops its debug lines, such as the one it writes for
+// every GET of a multipart object ("Response has no supported checksum").
+type warnings struct{}
+
+func (warnings) Logf(c logging.Classification, format string, v ...any) {
+	if c == logging.Warn {
+		log.Printf("s3: "+format, v...)
+	}
 }
 
 // CreateBucket creates the store's bucket unless it exists, for setting up a server or a
