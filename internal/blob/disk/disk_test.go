@@ -130,43 +130,12 @@ func writeFile(t *testing.T, s string) string {
 	return path
 }
 
-// pattern yields the same bytes for ever, cheaply, so that benchmarks time the store.
-type pattern struct{}
-
-func (pattern) Read(p []byte) (int, error) {
-	for i := range p {
-		p[i] = byte(i)
-	}
-	return len(p), nil
-}
-
 const benchSize = 100 << 20
 
 func BenchmarkPut100MiB(b *testing.B) {
-	s := mustOpen(b, b.TempDir())
-	b.SetBytes(benchSize)
-	for b.Loop() {
-		if err := s.Put(b.Context(), "a/bench", io.LimitReader(pattern{}, benchSize), benchSize); err != nil {
-			b.Fatal(err)
-		}
-	}
+	blobtest.BenchmarkPut(b, mustOpen(b, b.TempDir()), benchSize)
 }
 
 func BenchmarkOpenRead100MiB(b *testing.B) {
-	s := mustOpen(b, b.TempDir())
-	if err := s.Put(b.Context(), "a/bench", io.LimitReader(pattern{}, benchSize), benchSize); err != nil {
-		b.Fatal(err)
-	}
-	buf := make([]byte, 256<<10)
-	b.SetBytes(benchSize)
-	for b.Loop() {
-		obj, err := s.Open(b.Context(), "a/bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if n, err := io.CopyBuffer(io.Discard, obj, buf); err != nil || n != benchSize {
-			b.Fatal(n, err)
-		}
-		_ = obj.Close()
-	}
+	blobtest.BenchmarkOpenRead(b, mustOpen(b, b.TempDir()), benchSize)
 }
