@@ -54,7 +54,7 @@ func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv(EnvStore) == "postgres" {
 		cfg.Engine, cfg.PostgresURL = "postgres", pgtest.SchemaURL(tb, cfg.Data)
-		cfg.BlobStore = SharedBlobs(cfg.Data) // one directory for every node of a cluster
+		cfg.BlobStore = cmp.Or(os.Getenv(EnvBlobStore), SharedBlobs(cfg.Data)) // one store for every node of a cluster
 		cfg.UploadsDir = filepath.Join(cfg.Data, "shared-uploads")
 	}
 	for _, f := range configure {
@@ -66,6 +66,11 @@ func Start(tb testing.TB, configure ...func(*server.Config)) *Server {
 // SharedBlobs returns the blob store URL of a file store under dir, for nodes on a shared
 // database, which need one (server.Config.BlobStore): on one machine every node sees it.
 func SharedBlobs(dir string) string { return "file://" + filepath.Join(dir, "shared-blobs") }
+
+// EnvBlobStore names the variable that gives nodes on PostgreSQL another blob store than a
+// shared directory: an s3:// URL (server.Config.BlobStore), to run the end-to-end tests on
+// object storage.
+const EnvBlobStore = "PARLEY_TEST_BLOB_STORE"
 
 // EnvStore names the variable that selects the store of the nodes Start runs: unset for
 // the default embedded engine, "postgres" for a schema of its own in the test database
