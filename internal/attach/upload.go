@@ -78,6 +78,10 @@ func (s *Service) ServeUpload(w http.ResponseWriter, r *http.Request, me chat.Id
 	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, me))
 	s.tus.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id == "" {
+			if err := s.checkCreation(r); err != nil {
+				s.writeError(w, err) // tusd would answer these in plain text
+				return
+			}
 			s.tus.PostFile(w, r)
 			return
 		}
@@ -121,9 +125,6 @@ func (s *Service) created(hook tushandler.HookEvent) (tushandler.HTTPResponse, t
 	if !ok {
 		return tushandler.HTTPResponse{}, tushandler.FileInfoChanges{}, errors.New("attach: upload without an identity")
 	}
-	if hook.Upload.SizeIsDeferred {
-		return tushandler.HTTPResponse{}, tushandler.FileInfoChanges{}, s.tusErr(errDeferred)
-	}
 	id := chat.NewAttachmentID()
 	if err := s.chat.CreateUpload(hook.Context, me, id, hook.Upload.Size); err != nil {
 		return tushandler.HTTPResponse{}, tushandler.FileInfoChanges{}, s.tusErr(err)
@@ -131,7 +132,24 @@ func (s *Service) created(hook tushandler.HookEvent) (tushandler.HTTPResponse, t
 	return tushandler.HTTPResponse{}, tushandler.FileInfoChanges{ID: id, MetaData: tushandler.MetaData{}}, nil
 }
 
-var errDeferred = fmt.Errorf("%w: Upload-Length is required (Upload-Defer-Length is not supported)", chat.ErrInvalid)
+// checkCreation answers, in the API's JSON, the creations tusd would refuse in plain text:
+// a length deferred, missing or malformed, or over the largest upload. Only a POST creates.
+func (s *Service) checkCreation(r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	if r.Header.Get("Upload-Defer-Length") != "" {
+		return fmt.Errorf("%w: Upload-Length is required (Upload-Defer-Length is not supported)", chat.ErrInvalid)
+	}
+	size, err := strconv.ParseInt(r.Header.Get("Upload-Length"), 10, 64)
+	switch {
+	case err != nil || size < 0:
+		return fmt.Errorf("%w: Upload-Length must be the file's size in bytes, a non-negative integer", chat.ErrInvalid)
+	case size > s.chat.MaxUploadSize():
+		return fmt.Errorf("%w: uploads are at most %d bytes", chat.ErrTooLarge, s.chat.MaxUploadSize())
+	}
+	return nil
+}
 
 // discardLogger silences tusd's log of every request; failures are logged here.
 var discardLogger = tuslog.New(tuslog.NewTextHandler(io.Discard, nil)) // tusd logs with x/exp/slog

@@ -468,13 +468,21 @@ func TestAttachmentQuotaAndCollector(t *testing.T) {
 	var c clock
 	n := start(t, withClock(&c), func(cfg *server.Config) { cfg.Chat.MaxUploadSize, cfg.Chat.UploadQuota = 1000, 2500 })
 	alice, bob := n.user(t, "alice"), n.user(t, "bob")
-	r := n.tus(t, "POST", "/v1/uploads", alice, nil, http.Header{"Upload-Length": {"1001"}})
-	if r.status != http.StatusRequestEntityTooLarge {
-		t.Errorf("an upload over --max-upload-size: %d, want 413", r.status)
+	for _, c := range []struct {
+		what string
+		h    http.Header
+		want int
+	}{
+		{"an upload over --max-upload-size", http.Header{"Upload-Length": {"1001"}}, http.StatusRequestEntityTooLarge},
+		{"no Upload-Length", nil, http.StatusBadRequest},
+		{"a malformed Upload-Length", http.Header{"Upload-Length": {"-3"}}, http.StatusBadRequest},
+		{"a deferred length", http.Header{"Upload-Defer-Length": {"1"}}, http.StatusBadRequest},
+	} {
+		checkErrorBody(t, c.what, n.tus(t, "POST", "/v1/uploads", alice, nil, c.h), c.want)
 	}
 	kept := n.upload(t, alice, bytes.Repeat([]byte("k"), 1000))["id"].(string)
 	idle := n.upload(t, alice, bytes.Repeat([]byte("i"), 1000))["id"].(string)
-	r = n.tus(t, "POST", "/v1/uploads", alice, nil, http.Header{"Upload-Length": {"501"}})
+	r := n.tus(t, "POST", "/v1/uploads", alice, nil, http.Header{"Upload-Length": {"501"}})
 	if r.status != http.StatusTooManyRequests {
 		t.Fatalf("an upload over the quota: %d %s, want 429", r.status, r.raw)
 	}
