@@ -2,7 +2,14 @@ package attach
 
 import (
 	"context"
+	"errors"
+	"os"
+	"strings"
 	"time"
+
+	"github.com/parleychat/parley/internal/chat"
+	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/protocol"
 )
 
 // collectBatch is how many idle attachments one pass of the collector takes at a time.
@@ -35,6 +42,9 @@ func (s *Service) Collect(ctx context.Context, now time.Time) (int, error) {
 	for {
 		idle, err := s.chat.IdleAttachments(ctx, before, collectBatch)
 		if err != nil || len(idle) == 0 {
+			if err == nil {
+				err = s.sweepUploads(ctx)
+			}
 			return n, err
 		}
 		for _, a := range idle {
@@ -58,7 +68,34 @@ func (s *Service) Collect(ctx context.Context, now time.Time) (int, error) {
 			n++
 		}
 		if len(idle) < collectBatch {
-			return n, nil
+			return n, s.sweepUploads(ctx)
 		}
 	}
+}
+
+// sweepUploads removes the files of uploads that are no longer in progress: a crash
+// between an upload's completion and the removal of its files, or between the collector's
+// steps, leaves them behind, and nothing else would. An upload's row is created before its
+// files, so files without a row (or with a row being deleted) are leftovers too.
+func (s *Service) sweepUploads(ctx context.Context) error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".info")
+		if !ok || !protocol.ValidAttachmentID(id) {
+			continue
+		}
+		a, err := s.chat.AttachmentRow(ctx, id)
+		switch {
+		case errors.Is(err, chat.ErrNotFound):
+		case err != nil:
+			return err
+		case a.State == store.AttachmentUploading:
+			continue
+		}
+		s.removeUpload(id)
+	}
+	return nil
 }

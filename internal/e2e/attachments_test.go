@@ -15,7 +15,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -495,11 +497,26 @@ func TestAttachmentQuotaAndCollector(t *testing.T) {
 	if gone, err := n.Attachments.Collect(t.Context(), c.now()); err != nil || gone != 0 {
 		t.Fatalf("collect before a day: %d, %v; want nothing collected", gone, err)
 	}
+	// Files a crash left behind after the completion of kept's upload: the next pass removes them.
+	leftover := filepath.Join(n.Dir, server.UploadsDir, kept)
+	if n.Config.UploadsDir != "" {
+		leftover = filepath.Join(n.Config.UploadsDir, kept)
+	}
+	for _, p := range []string{leftover, leftover + ".info"} {
+		if err := os.WriteFile(p, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.advance(25 * time.Hour)
 	if gone, err := n.Attachments.Collect(t.Context(), c.now()); err != nil || gone != 2 {
 		t.Fatalf("collect after a day: %d, %v; want the idle upload and bob's unfinished one", gone, err)
 	}
 	n.fail(t, http.StatusNotFound, "GET", "/v1/attachments/"+idle, alice, nil)
+	for _, p := range []string{leftover, leftover + ".info"} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the collector left %s: %v", p, err)
+		}
+	}
 	n.fail(t, http.StatusNotFound, "GET", "/v1/attachments/"+idle+"/content", alice, nil)
 	n.download(t, bob, kept, "content", http.StatusOK, nil)
 	// A day later the quota is free again.
