@@ -213,9 +213,23 @@ func TestAttachmentUploadResumes(t *testing.T) {
 	if got := n.ok(t, "GET", "/v1/attachments/"+id, alice, nil); got["complete"] != false {
 		t.Fatalf("an upload half done: %v", got)
 	}
-	if end := resume.patch(t, alice, id, off, data[off:]); end != int64(len(data)) {
-		t.Fatalf("resumed PATCH: offset %d, want %d", end, len(data))
-	}
+	// As a tus client does: a 409 (the offset moved on meanwhile: on a cluster the node that
+	// took the dropped PATCH may still be writing its last bytes) asks HEAD again.
+	eventually(t, "the resumed PATCH completes the upload", func() bool {
+		r := resume.tus(t, "PATCH", "/v1/uploads/"+id, alice, bytes.NewReader(data[off:]), http.Header{"Upload-Offset": {strconv.FormatInt(off, 10)}})
+		switch r.status {
+		case http.StatusNoContent:
+			if end := r.header.Get("Upload-Offset"); end != strconv.Itoa(len(data)) {
+				t.Fatalf("resumed PATCH: offset %s, want %d", end, len(data))
+			}
+			return true
+		case http.StatusConflict:
+			off = resume.uploadOffset(t, alice, id)
+			return false
+		}
+		t.Fatalf("resumed PATCH at %d = %d %s", off, r.status, r.raw)
+		return false
+	})
 	info := n.ok(t, "GET", "/v1/attachments/"+id, alice, nil)
 	wantFields(t, "the attachment", info, map[string]any{
 		"id": id, "complete": true, "size": float64(len(data)), "sha256": sha(data),
