@@ -32,6 +32,9 @@ type (
 	RecallData        = protocol.RecallData
 	ConvDeletedData   = protocol.ConvDeletedData
 	TextContent       = protocol.TextContent
+	Attachment        = protocol.Attachment
+	AttachmentContent = protocol.AttachmentContent
+	AttachmentURLs    = protocol.AttachmentURLs
 )
 
 // Sync event types (SyncEvent.Type).

@@ -26,6 +26,19 @@
 // and re-sends it until the server acknowledges it (the server deduplicates on that id), so a
 // message is stored once however many networks, timeouts and server restarts it crosses.
 //
+// Attachments (section 14) go up before the message that carries them. Upload sends a file
+// from an io.ReaderAt over tus 1.0 in chunks (UploadOptions.ChunkSize, 8 MiB by default),
+// never holding it whole in memory, and after a dropped connection or a 5xx asks the
+// server how much it holds and goes on from there; ResumeUpload continues an upload whose id
+// the app saved (UploadOptions.OnCreated) before a restart. SendAttachment then sends
+// content_type ContentImage, ContentFile, ContentAudio or ContentVideo with content
+// {"attachment_id", "name", "caption"} (Send with an AttachmentContent is the same), and the
+// server fills in content.attachment, which Message.Attachment reads. Download checks the
+// bytes against the attachment's SHA-256; OpenAttachment streams them or the thumbnail,
+// OpenAttachmentRange resumes a download from an offset, and AttachmentURLs signs URLs that
+// need no token. A file over the server's size limit is a 413 *Error, one over the day's
+// quota a 429 *Error with no RetryAfter.
+//
 // An Inbox is an optional in-memory merge of the messages a Client has seen, keyed by
 // (conv_id, seq); apps with their own storage can ignore it.
 //

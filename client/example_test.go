@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/parleychat/parley/client"
@@ -59,6 +60,54 @@ func Example() {
 		log.Fatal(err)
 	}
 	log.Printf("stored as seq %d (cursor now %d)", ack.Seq, c.Cursor())
+}
+
+// Sending a photo: upload it (resumably, in chunks), then send a message that names it;
+// the receiver reads the attachment's metadata from the message and downloads the bytes.
+// This example needs a running server, so it is compiled but not run.
+func ExampleClient_Upload() {
+	ctx := context.Background()
+	c := client.New(client.Options{BaseURL: "http://127.0.0.1:8080", Token: "alice's token"})
+
+	f, err := os.Open("cat.jpg")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := c.Upload(ctx, f, fi.Size(), client.UploadOptions{
+		OnCreated:  func(id string) { log.Printf("save %s to ResumeUpload after a restart", id) },
+		OnProgress: func(sent, total int64) { log.Printf("%d/%d bytes", sent, total) },
+	})
+	switch client.ErrorCode(err) {
+	case 0:
+	case 413:
+		log.Fatal("the file is over the server's size limit")
+	case 429:
+		log.Fatal("today's upload quota is spent")
+	default:
+		log.Fatal(err)
+	}
+	log.Printf("%s: %s, %dx%d, sha256 %s", a.ID, a.MimeType, a.Width, a.Height, a.SHA256)
+	if _, err := c.SendAttachment(ctx, "d_conv", client.ContentImage, a.ID, "cat.jpg", "look"); err != nil {
+		log.Fatal(err)
+	}
+
+	// On the receiving side, for a message m of the conversation:
+	var m client.Message
+	if att := m.Attachment(); att != nil && att.Attachment != nil {
+		out, err := os.Create(att.Name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer out.Close()
+		if _, err := c.Download(ctx, att.AttachmentID, out); err != nil { // checks the SHA-256
+			log.Fatal(err)
+		}
+	}
 }
 
 // Reading the typed data of each event type; Text decodes a text message's content.
