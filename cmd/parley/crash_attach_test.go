@@ -117,7 +117,9 @@ func TestCrashDuringUploads(t *testing.T) {
 	if stalled.id, err = tusCreate(hc, srv.URL, alice, len(stalled.data)); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
 	uploads = append(uploads, stalled)
+	mu.Unlock()
 	half := make(chan struct{})
 	wg.Go(func() {
 		pr, pw := io.Pipe()

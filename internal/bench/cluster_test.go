@@ -41,6 +41,7 @@ func testServe(args []string) error {
 	fs.StringVar(&cfg.AdminSecret, "admin-secret", "", "")
 	fs.StringVar(&cfg.Engine, "store", "", "")
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "")
+	fs.StringVar(&cfg.BlobStore, "blob-store", "", "")
 	g := &cfg.Gateway
 	for name, p := range map[string]*float64{"send-rate": &g.SendRate, "request-rate": &g.RequestRate, "fanout-rate": &g.FanoutRate, "history-rate": &g.HistoryRate} {
 		fs.Float64Var(p, name, *p, "")
