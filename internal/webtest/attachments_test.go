@@ -17,7 +17,8 @@ import (
 // shows the upload's progress to the end, then a message laid out from the metadata with
 // its thumbnail loaded through a signed URL, for the sender and for the recipient in
 // another browser profile; a click opens the full image. A file that is not an image shows
-// as a card with its name, size and a download link that works without a token.
+// as a card with its name, size and a download link that works without a token. Pasting an
+// image and dropping a file send them too.
 func TestAttachments(t *testing.T) {
 	n := startNode(t)
 	browser := newBrowser(t)
@@ -98,6 +99,24 @@ func TestAttachments(t *testing.T) {
 			t.Errorf("message %d content = %v, want %s with its attachment", i+1, c, want)
 		}
 	}
+
+	// Bob pastes an image into the message box and drops a file on the conversation (the
+	// events a browser fires for them, with files made in the page).
+	bob.eval(`(async () => {
+		const c = document.createElement('canvas'); c.width = 300; c.height = 600;
+		const g = c.getContext('2d'); g.fillStyle = '#3056d3'; g.fillRect(0, 0, 300, 600);
+		const blob = await new Promise(r => c.toBlob(r, 'image/png'));
+		const paste = new DataTransfer(); paste.items.add(new File([blob], 'image.png', {type: 'image/png'}));
+		document.getElementById('composer-input').dispatchEvent(new ClipboardEvent('paste', {clipboardData: paste, bubbles: true, cancelable: true}));
+		const drop = new DataTransfer(); drop.items.add(new File(['a,b\n1,2\n'], 'table.csv', {type: 'text/csv'}));
+		const view = document.getElementById('chat-view');
+		view.dispatchEvent(new DragEvent('dragover', {dataTransfer: drop, bubbles: true, cancelable: true}));
+		view.dispatchEvent(new DragEvent('drop', {dataTransfer: drop, bubbles: true, cancelable: true}));
+		return true; })()`, nil)
+	alice.waitJS("the pasted image, tall, with its thumbnail", `(() => { const b = [...document.querySelectorAll('#messages li.msg:not(.pending) .att-image')].find(b => b.style.height === '280px');
+		const th = b?.querySelector('img.att-thumb'); return !!th && b.style.width === '140px' && th.complete && th.naturalWidth > 0; })()`)
+	alice.waitJS("the dropped file's card", `[...document.querySelectorAll('#messages .att-file .att-name')].some(e => e.textContent === 'table.csv')`)
+	bob.waitJS("the drop highlight gone", `!document.getElementById('chat-view').classList.contains('dropping')`)
 }
 
 // writePNG writes a w x h PNG with a gradient (something a thumbnail can show) and returns its path.
