@@ -20,7 +20,7 @@ import (
 	"time"
 )
 
-//go:embed static/*.html static/*.css static/*.js static/*.svg static/sdk/*.js
+//go:embed static/*.html static/*.css static/*.js static/*.svg static/sdk/*.js static/vendor/*
 var files embed.FS
 
 // Files returns the client's files, rooted at the static folder ("index.html",
@@ -35,8 +35,9 @@ func Files() fs.FS {
 
 // ContentSecurityPolicy is sent with every file: the page loads scripts, styles and
 // connections only from the server that served it (connect-src 'self' covers the same
-// host's WebSocket).
-const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+// host's WebSocket, and the vendored tus client's uploads). Images may also be data: URLs:
+// an attachment's preview, a tiny JPEG the server puts in the message itself.
+const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // asset is one file, ready to serve.
@@ -68,6 +69,8 @@ var loadAssets = sync.OnceValue(func() map[string]asset {
 			ctype = "text/html; charset=utf-8"
 		case ".svg":
 			ctype = "image/svg+xml"
+		case ".LICENSE":
+			ctype = "text/plain; charset=utf-8"
 		}
 		out[p] = asset{body: b, ctype: ctype, etag: `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`}
 		return nil

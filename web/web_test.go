@@ -86,6 +86,8 @@ func TestHandler(t *testing.T) {
 		{"GET", "/static/icon.svg", 200, "image/svg+xml"},
 		{"GET", "/sw.js", 200, "text/javascript; charset=utf-8"},
 		{"GET", "/static/push.js", 200, "text/javascript; charset=utf-8"},
+		{"GET", "/static/vendor/tus.min.js", 200, "text/javascript; charset=utf-8"},
+		{"GET", "/static/vendor/tus-js-client.LICENSE", 200, "text/plain; charset=utf-8"},
 		{"GET", "/app.js", 404, "application/json"},
 		{"GET", "/static/index.html", 404, "application/json"},
 		{"GET", "/static/../web.go", 404, "application/json"},

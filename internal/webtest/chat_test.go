@@ -34,14 +34,7 @@ func TestChat(t *testing.T) {
 	alice.waitJS("the empty list", `!document.getElementById('conv-empty').hidden`)
 
 	// Alice starts a direct chat with bob and says hello.
-	alice.do("new direct chat",
-		chromedp.Click(chromedp.ID("new-chat")),
-		chromedp.WaitVisible(chromedp.ID("new-peer")),
-		chromedp.SendKeys(chromedp.ID("new-peer"), "bob"),
-		chromedp.Click(chromedp.ID("new-submit")),
-		chromedp.WaitVisible(chromedp.ID("composer-input")),
-	)
-	direct := alice.convID("bob")
+	direct := alice.newDirect("bob")
 	alice.send("Hi Bob")
 	alice.waitState("Hi Bob", "sent")
 

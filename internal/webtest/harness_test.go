@@ -328,6 +328,20 @@ func (p *page) open(convID string) {
 	p.waitJS("chat view of "+convID, fmt.Sprintf(`document.getElementById('chat-view').dataset.conv === %q && !document.getElementById('chat-view').hidden`, convID))
 }
 
+// newDirect starts a direct chat with peer from the New chat dialog, which then shows it,
+// and returns its conv_id.
+func (p *page) newDirect(peer string) string {
+	p.t.Helper()
+	p.do("new direct chat with "+peer,
+		chromedp.Click(chromedp.ID("new-chat")),
+		chromedp.WaitVisible(chromedp.ID("new-peer")),
+		chromedp.SendKeys(chromedp.ID("new-peer"), peer),
+		chromedp.Click(chromedp.ID("new-submit")),
+		chromedp.WaitVisible(chromedp.ID("composer-input")),
+	)
+	return p.convID(peer)
+}
+
 // unread is the badge count of a conversation in the list (0 without a badge).
 func (p *page) waitUnread(convID string, n int) {
 	p.t.Helper()

@@ -36,14 +36,7 @@ func testReconnect(t *testing.T, transport string) {
 		p.waitJS("transport "+transport, fmt.Sprintf(`document.getElementById('status').dataset.transport === %q`, transport))
 	}
 
-	alice.do("new direct chat",
-		chromedp.Click(chromedp.ID("new-chat")),
-		chromedp.WaitVisible(chromedp.ID("new-peer")),
-		chromedp.SendKeys(chromedp.ID("new-peer"), "bob"),
-		chromedp.Click(chromedp.ID("new-submit")),
-		chromedp.WaitVisible(chromedp.ID("composer-input")),
-	)
-	conv := alice.convID("bob")
+	conv := alice.newDirect("bob")
 	alice.send("before the cut")
 	bob.open(conv)
 	alice.waitState("before the cut", "read")

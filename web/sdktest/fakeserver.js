@@ -32,6 +32,8 @@ export class FakeServer {
     this.historyAfter = []; // after_seq of every group history request
     this.historyFail = []; // statuses the next history requests answer (429 says Retry-After: 2)
     this.historyPage = 0; // caps a history page when > 0
+    this.attachments = new Map(); // id -> attachment metadata, as uploads would leave it
+    this.urlRequests = []; // {id, body} of every POST /v1/attachments/{id}/urls
     this.fetch = this.fetch.bind(this);
     const server = this;
     this.WebSocket = class extends FakeWebSocket {
@@ -95,7 +97,7 @@ export class FakeServer {
     if (old) return { ...old, duplicate: true };
     const m = {
       conv_id: CONV, seq: this.msgs.length + 1, msg_id: `m_${this.msgs.length + 1}`, client_msg_id: req.client_msg_id,
-      sender_id: sender, content_type: req.content_type, content: req.content, extra: req.extra ?? null,
+      sender_id: sender, content_type: req.content_type, content: this.withAttachment(req), extra: req.extra ?? null,
       created_at: 1700000000000 + this.msgs.length, recalled: false,
     };
     this.msgs.push(m);
@@ -105,6 +107,13 @@ export class FakeServer {
     this.byCmid.set(key, ack);
     this.emit('message', m);
     return ack;
+  }
+
+  /** The content to store: an attachment's gets the server's metadata, whatever the client put there. */
+  withAttachment(req) {
+    if (!(req.content_type >= 2 && req.content_type <= 5)) return req.content;
+    const a = this.attachments.get(req.content?.attachment_id);
+    return { ...req.content, attachment: a ? { ...a } : undefined };
   }
 
   /** Bob sends a message (alice's log gets the event). */
@@ -151,6 +160,20 @@ export class FakeServer {
     const body = init.body ? JSON.parse(init.body) : null;
     const q = (k) => Number(u.searchParams.get(k) ?? 0);
     const ok = (v) => json(200, v);
+    const att = u.pathname.match(/^\/v1\/attachments\/([^/]+)(\/urls)?$/);
+    if (att) {
+      const a = this.attachments.get(decodeURIComponent(att[1]));
+      if (!a) return json(404, { code: 404, error: 'no such attachment' });
+      if (method === 'GET' && !att[2]) return ok(a);
+      if (method === 'POST' && att[2]) {
+        this.urlRequests.push({ id: a.id, body });
+        const exp = Date.now() + (body?.expires_in ?? 3600) * 1000;
+        const sig = `?exp=${exp}&sig=s${this.urlRequests.length}`;
+        const out = { content: `/v1/attachments/${a.id}/content${sig}`, expires_at: exp };
+        if (a.thumbnail) out.thumbnail = `/v1/attachments/${a.id}/thumbnail${sig}`;
+        return ok(out);
+      }
+    }
     switch (`${method} ${u.pathname}`) {
       case 'GET /v1/sync/snapshot':
         // Two pages: the cursor alone, then the conversation (as a server with many would).

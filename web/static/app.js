@@ -5,7 +5,7 @@
 // ?backoff=<base ms>,<max ms>. The session (user, device, token) lives in sessionStorage, so
 // each tab can be a different device; the synced state lives in localStorage (see the SDK).
 
-import { ParleyClient, MsgState, messageText } from './sdk/parley.js';
+import { ParleyClient, MsgState, ContentType, messageText, attachmentOf, attachmentLabel, formatBytes } from './sdk/parley.js';
 import { WebPushSetup } from './push.js';
 
 const $ = (id) => document.getElementById(id);
@@ -37,6 +37,10 @@ let openedAt = null; // conv_id the chat view was last set up for
 let renderQueued = false;
 let focusComposer = false; // the user opened a chat from the list: type right away
 const drafts = new Map(); // conv_id -> unsent text in the message box
+const uploads = new Map(); // key -> {key, convId, name, sent, total, state, error, ctrl}: uploads in progress, failed or just done
+let uploadSeq = 0;
+const DONE_LINGERS = 3000; // ms a finished upload's bar stays before it goes
+const THUMB_BOX = 280; // px: the longest side an image message is laid out at
 
 boot();
 
@@ -263,7 +267,10 @@ function preview(c) {
   const m = c.last_message;
   if (!m) return 'No messages yet';
   const who = m.sender_id === session.userId ? 'You: ' : c.type === 'group' ? `${m.sender_id}: ` : '';
-  return who + (m.recalled ? 'Message recalled' : messageText(m) || '(attachment)');
+  if (m.recalled) return `${who}Message recalled`;
+  const label = attachmentLabel(m);
+  const text = messageText(m);
+  return who + (label ? `${label}${text ? `: ${text}` : ''}` : text);
 }
 
 /** Reconciles a parent's children with `items` ({key, sig, build(el), tag}) in order. */
@@ -376,6 +383,7 @@ function renderChat() {
     items.push(messageItem(c, m));
   }
   reconcile($('messages'), items);
+  renderUploads();
   $('load-older').hidden = !client.hasOlder(c.conv_id);
   const lastMine = msgs.length && msgs[msgs.length - 1].sender_id === session.userId;
   if (first || atBottom || lastMine) scroller.scrollTop = scroller.scrollHeight;
@@ -387,12 +395,13 @@ function messageItem(c, m) {
   const mine = m.sender_id === session.userId;
   const state = STATE_NAMES[client.msgState(m)];
   const text = messageText(m);
+  const att = attachmentOf(m);
   const r = mine && !m.pending && c.type === 'group' ? client.receipts(c.conv_id, m.seq) : null;
   const readBy = r ? `Read by ${r.read_count} of ${r.member_count}` : '';
   const key = m.pending ? `p:${m.client_msg_id}` : `m:${m.seq}`;
   return {
     key, tag: 'li',
-    sig: JSON.stringify([state, text, readBy, m.error ?? '', c.type]),
+    sig: JSON.stringify([state, text, readBy, m.error ?? '', c.type, att ? [att.attachment_id, att.name, !!att.attachment] : 0]),
     build(li) {
       li.replaceChildren();
       li.className = `msg ${mine ? 'mine' : 'theirs'}${m.recalled ? ' recalled' : ''}${m.pending ? ' pending' : ''}`;
@@ -403,8 +412,12 @@ function messageItem(c, m) {
       if (readBy) li.dataset.readby = `${r.read_count}/${r.member_count}`;
       const bubble = el('div', { class: 'bubble' });
       if (!mine && c.type === 'group') bubble.append(el('span', { class: 'sender', color: userColor(m.sender_id) }, m.sender_id));
+      if (att) {
+        bubble.classList.add('has-attachment');
+        bubble.append(attachmentView(m, att));
+      }
       bubble.append(m.recalled ? el('p', { class: 'text' }, el('em', {}, mine ? 'You recalled this message' : 'This message was recalled'))
-        : el('p', { class: 'text' }, text || '(attachment)'));
+        : el('p', { class: 'text' }, att ? text : text || '(empty message)'));
       const meta = el('span', { class: 'meta' }, el('time', { datetime: new Date(m.created_at).toISOString() }, clock(m.created_at)));
       // Ticks: every state in direct chats; in groups only "sending" (receipts say the rest).
       if (mine && TICKS[state] && (c.type === 'direct' || m.pending)) {
@@ -420,11 +433,140 @@ function messageItem(c, m) {
           button('Discard', () => client.discardSend(m.client_msg_id))));
       } else if (mine && !m.pending && !m.recalled) {
         const b = button('Recall', () => recall(c.conv_id, m.seq), 'recall');
-        b.setAttribute('aria-label', `Recall your message: ${text.slice(0, 60)}`);
+        b.setAttribute('aria-label', `Recall your message: ${(text || attachmentLabel(m)).slice(0, 60)}`);
         li.append(el('div', { class: 'msg-actions' }, b));
       }
     },
   };
+}
+
+// ---- attachments ----
+
+/** A message's attachment: an image laid out at once from its metadata, or a file card. */
+function attachmentView(m, att) {
+  const meta = att.attachment ?? {};
+  if (m.content_type === ContentType.IMAGE && meta.width > 0 && meta.height > 0) return imageView(att, meta);
+  return fileCard(m, att, meta);
+}
+
+/** Fits w x h into a box of side max, keeping the ratio. */
+function fit(w, h, max) {
+  const k = Math.min(1, max / Math.max(w, h));
+  return { w: Math.max(1, Math.round(w * k)), h: Math.max(1, Math.round(h * k)) };
+}
+
+/**
+ * An image message: its final size from width/height, the server's tiny preview (a data:
+ * URL in the message) at once, then the thumbnail through a signed URL, faded in once
+ * loaded. A click opens the full image in the viewer.
+ */
+function imageView(att, meta) {
+  const { w, h } = fit(meta.width, meta.height, THUMB_BOX);
+  const name = att.name || 'Image';
+  const box = el('button', { type: 'button', class: 'att-image', 'data-att': att.attachment_id, 'aria-label': `Open image ${name}, ${meta.width} by ${meta.height}` });
+  box.style.width = `${w}px`;
+  box.style.height = `${h}px`;
+  if (meta.preview?.startsWith('data:image/')) box.append(el('img', { class: 'att-preview', src: meta.preview, alt: '', width: w, height: h }));
+  const thumb = el('img', { class: 'att-thumb', alt: name, width: w, height: h, decoding: 'async' });
+  thumb.addEventListener('load', () => thumb.classList.add('loaded'), { once: true });
+  box.append(thumb);
+  signedURLs(att.attachment_id).then((u) => { if (u) thumb.src = (meta.thumbnail && u.thumbnail) || u.content; });
+  box.addEventListener('click', () => openViewer(att, name));
+  return box;
+}
+
+/** Any other attachment: a card with its name, size and a download link (audio and video also play). */
+function fileCard(m, att, meta) {
+  const name = att.name || attachmentLabel(m) || 'File';
+  const type = meta.mime_type ? meta.mime_type.split(';')[0] : '';
+  const ext = /\.([A-Za-z0-9]{1,4})$/.exec(name)?.[1] ?? { [ContentType.AUDIO]: 'AUD', [ContentType.VIDEO]: 'VID' }[m.content_type] ?? 'FILE';
+  const icon = ext.toUpperCase();
+  const link = el('a', { class: 'att-download', download: name, 'aria-label': `Download ${name}`, 'aria-disabled': 'true' }, 'Download');
+  const card = el('div', { class: 'att-file', 'data-att': att.attachment_id },
+    el('span', { class: 'att-icon', 'aria-hidden': 'true' }, icon),
+    el('span', { class: 'att-info' }, el('span', { class: 'att-name', title: name }, name),
+      el('span', { class: 'att-size' }, [formatBytes(meta.size), type].filter(Boolean).join(' · '))),
+    link);
+  const media = m.content_type === ContentType.AUDIO ? el('audio', { controls: '', preload: 'none' })
+    : m.content_type === ContentType.VIDEO ? el('video', { controls: '', preload: 'metadata' }) : null;
+  if (media) card.append(media);
+  signedURLs(att.attachment_id).then((u) => {
+    if (!u) return;
+    link.href = u.content;
+    link.removeAttribute('aria-disabled');
+    if (media) media.src = u.content;
+  });
+  return card;
+}
+
+/** Signed URLs of an attachment (cached by the SDK), or null when they cannot be had now. */
+function signedURLs(id) {
+  return client.attachmentURLs(id).catch(() => null);
+}
+
+async function openViewer(att, name) {
+  const u = await signedURLs(att.attachment_id);
+  if (!u) {
+    $('chat-error').textContent = 'Could not open the image: try again when online.';
+    return;
+  }
+  $('viewer-name').textContent = name;
+  $('viewer-img').alt = name;
+  $('viewer-img').src = u.content;
+  $('viewer-open').href = u.content;
+  $('viewer').showModal();
+}
+
+/** Uploads files to the open conversation and sends each as a message once it is up. */
+function attachFiles(files) {
+  if (!openConv) return;
+  for (const f of files) startUpload(openConv, f);
+}
+
+async function startUpload(convId, file) {
+  const u = { key: `u${++uploadSeq}`, convId, name: file.name || 'Pasted image', sent: 0, total: file.size, state: 'uploading', error: '', ctrl: new AbortController() };
+  uploads.set(u.key, u);
+  renderUploads();
+  try {
+    const att = await client.upload(file, {
+      signal: u.ctrl.signal,
+      onProgress: (sent, total) => { u.sent = sent; u.total = total; renderUploads(); },
+    });
+    client.sendAttachment(convId, att, { name: file.name || '' });
+    u.sent = u.total;
+    u.state = 'done';
+    setTimeout(() => { uploads.delete(u.key); renderUploads(); }, DONE_LINGERS);
+  } catch (e) {
+    if (e.name === 'AbortError') uploads.delete(u.key);
+    else {
+      u.state = 'failed';
+      u.error = e.message;
+    }
+  }
+  renderUploads();
+}
+
+/** The open conversation's uploads: a progress bar each, cancel while running, dismiss once failed. */
+function renderUploads() {
+  const list = $('uploads');
+  const mine = [...uploads.values()].filter((u) => u.convId === openConv);
+  list.hidden = mine.length === 0;
+  reconcile(list, mine.map((u) => {
+    const pct = u.total ? Math.floor((u.sent / u.total) * 100) : 0;
+    return {
+      key: u.key, tag: 'li',
+      sig: JSON.stringify([u.state, pct, u.error]),
+      build(li) {
+        li.className = 'upload';
+        li.dataset.state = u.state;
+        const status = u.state === 'failed' ? `Failed: ${u.error}` : u.state === 'done' ? 'Sent' : `${pct}%`;
+        const bar = el('progress', { max: String(u.total || 1), value: String(u.state === 'done' ? u.total || 1 : u.sent), 'aria-label': `Uploading ${u.name}` });
+        const action = u.state === 'uploading' ? button('Cancel', () => u.ctrl.abort())
+          : u.state === 'failed' ? button('Dismiss', () => { uploads.delete(u.key); renderUploads(); }) : el('span');
+        li.replaceChildren(el('span', { class: 'upload-name', title: u.name }, `${u.name} · ${status}`), bar, action);
+      },
+    };
+  }));
 }
 
 async function recall(convId, seq) {
@@ -535,6 +677,36 @@ function bindApp() {
     if (openConv) drafts.set(openConv, input.value);
     autosize();
   });
+  // Attachments: the paperclip's file input, pasted images, files dropped on the chat.
+  $('attach').addEventListener('click', () => $('attach-input').click());
+  $('attach-input').addEventListener('change', (e) => {
+    attachFiles([...e.target.files]);
+    e.target.value = ''; // the same file can be picked again
+  });
+  input.addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData?.files ?? [])].filter((f) => f.type.startsWith('image/'));
+    if (!files.length) return;
+    e.preventDefault();
+    attachFiles(files);
+  });
+  const view = $('chat-view');
+  const hasFiles = (e) => [...(e.dataTransfer?.types ?? [])].includes('Files');
+  view.addEventListener('dragover', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    e.dataTransfer.dropEffect = 'copy';
+    view.classList.add('dropping');
+  });
+  view.addEventListener('dragleave', (e) => { if (!view.contains(e.relatedTarget)) view.classList.remove('dropping'); });
+  view.addEventListener('drop', (e) => {
+    view.classList.remove('dropping');
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    attachFiles([...e.dataTransfer.files]);
+  });
+  $('viewer').addEventListener('click', (e) => { if (e.target === $('viewer')) $('viewer').close(); }); // the backdrop
+  $('viewer').addEventListener('close', () => $('viewer-img').removeAttribute('src'));
+
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
     const text = input.value.trim();

@@ -19,12 +19,27 @@
 // The state and its cursor are saved as one value, so a saved cursor never runs ahead of the
 // saved state: after a reload the client resumes from the cursor and replays are harmless.
 
-import { ChatState, ContentType, backoffDelay, sendOutcome } from './state.js';
+import { ChatState, ContentType, attachmentContentType, backoffDelay, sendOutcome } from './state.js';
 
 export * from './state.js';
 
+/** Bytes per tus PATCH: large enough to be fast, small enough that a retry resends little. */
+const UPLOAD_CHUNK = 8 << 20;
+
+/** Waits between tus retries of a failed request (ms): then the upload fails. */
+const UPLOAD_RETRY_DELAYS = [0, 1000, 3000, 5000, 10000];
+
+/** Signed URLs are fetched again when they have less than this left (ms). */
+const URL_MARGIN = 5 * 60 * 1000;
+
 /** The page size the SDK asks of paged calls: the largest the server gives (protocol 5.4). */
 const MAX_LIST_LIMIT = 500;
+
+function abortError() {
+  const e = new ParleyError(0, 'aborted');
+  e.name = 'AbortError';
+  return e;
+}
 
 /** An error from the server ({code, error}) or from the network (code 0). */
 export class ParleyError extends Error {
@@ -163,6 +178,10 @@ export class ParleyClient extends EventTarget {
     this._pulls = new Map(); // conv_id -> timer of a scheduled pull
     this._pulling = new Set(); // conv_ids whose pull runs now
     this._pullFailures = new Map(); // conv_id -> pulls failed in a row
+    // Attachments: the tus client (tus-js-client's browser bundle sets globalThis.tus), and
+    // signed URLs by attachment id ({promise, expiresAt}), reused until near their expiry.
+    this.tus = o.tus ?? null;
+    this._urls = new Map();
   }
 
   // ---- lifecycle ----
@@ -253,6 +272,105 @@ export class ParleyClient extends EventTarget {
     this.saveNow();
     this._flushOutbox();
     return p.client_msg_id;
+  }
+
+  // ---- attachments (section 14) ----
+
+  /**
+   * Uploads a file (a File or Blob) with tus 1.0 to /v1/uploads and resolves with its
+   * attachment ({id, complete, mime_type, size, width, height, preview, ...}) once the server
+   * has it. Uses tus-js-client (globalThis.tus, or o.tus): resumable, in chunks, retried;
+   * an interrupted upload of the same file by the same user resumes where it stopped.
+   * onProgress(sent, total) reports bytes; aborting signal stops it (rejects with code 0,
+   * name "AbortError").
+   */
+  async upload(file, { onProgress, signal } = {}) {
+    const tus = this.tus ?? globalThis.tus;
+    if (!tus?.Upload) throw new ParleyError(0, 'upload: tus-js-client is not loaded (/static/vendor/tus.min.js)');
+    if (signal?.aborted) throw abortError();
+    const userId = this.userId;
+    const id = await new Promise((resolve, reject) => {
+      let done = false;
+      const up = new tus.Upload(file, {
+        endpoint: `${this.baseURL}/v1/uploads`,
+        headers: { Authorization: `Bearer ${this.token}` },
+        chunkSize: UPLOAD_CHUNK,
+        retryDelays: UPLOAD_RETRY_DELAYS,
+        removeFingerprintOnSuccess: true,
+        metadata: { filename: file.name ?? '', filetype: file.type ?? '' },
+        // The stored upload URL belongs to this user: another user's page must not resume it.
+        fingerprint: (f, opts) => Promise.resolve(['parley', userId, f.name, f.type, f.size, f.lastModified, opts.endpoint].join('|')),
+        onProgress: (sent, total) => onProgress?.(sent, total),
+        onError: (e) => {
+          if (done) return;
+          done = true;
+          const status = e?.originalResponse?.getStatus?.() ?? 0;
+          let msg = e?.message ?? String(e);
+          try { msg = JSON.parse(e.originalResponse.getBody()).error || msg; } catch { /* not JSON */ }
+          if (status === 401 && !this._stopped) this._stopWith('autherror', new ParleyError(401, msg));
+          reject(new ParleyError(status, `upload: ${msg}`));
+        },
+        onSuccess: () => {
+          if (done) return;
+          done = true;
+          resolve(decodeURIComponent(new URL(up.url, `${this.baseURL || globalThis.location?.origin}/`).pathname.split('/').pop()));
+        },
+      });
+      signal?.addEventListener('abort', () => {
+        if (done) return;
+        done = true;
+        up.abort(false); // the server keeps the partial upload for a resume (no termination)
+        reject(abortError());
+      }, { once: true });
+      up.findPreviousUploads().then((prev) => {
+        if (prev.length) up.resumeFromPreviousUpload(prev[0]);
+        if (!done) up.start();
+      }, () => { if (!done) up.start(); });
+    });
+    return this.attachment(id);
+  }
+
+  /** The server's metadata of an attachment: GET /v1/attachments/{id}. */
+  attachment(id) {
+    return this._http('GET', `/v1/attachments/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * Sends a message carrying an uploaded attachment, like send: its content type follows
+   * the attachment's mime_type (image 2, audio 4, video 5, else file 3), its content is
+   * {attachment_id, name?, caption?}. The local copy also carries the metadata as
+   * content.attachment, so the page can lay the message out while it is sending; the server
+   * stores its own. Returns the client_msg_id.
+   */
+  sendAttachment(convId, attachment, { name = '', caption = '' } = {}) {
+    const content = { attachment_id: attachment.id };
+    if (name) content.name = name;
+    if (caption) content.caption = caption;
+    content.attachment = attachment;
+    return this.send(convId, content, { contentType: attachmentContentType(attachment.mime_type) });
+  }
+
+  /**
+   * Signed URLs of an attachment, for an <img src> or a download link, which cannot send
+   * the token: POST /v1/attachments/{id}/urls. Resolves with {content, thumbnail?, expires_at},
+   * the URLs absolute. Kept and reused until five minutes before they expire.
+   */
+  attachmentURLs(id, { expiresIn } = {}) {
+    const hit = this._urls.get(id);
+    if (hit && !expiresIn && hit.expiresAt - Date.now() > URL_MARGIN) return hit.promise;
+    const base = `${this.baseURL || globalThis.location?.origin}/`;
+    const promise = this._http('POST', `/v1/attachments/${encodeURIComponent(id)}/urls`, expiresIn ? { expires_in: expiresIn } : {})
+      .then((u) => {
+        const out = { content: new URL(u.content, base).href, expires_at: u.expires_at };
+        if (u.thumbnail) out.thumbnail = new URL(u.thumbnail, base).href;
+        if (!expiresIn) this._urls.set(id, { promise, expiresAt: u.expires_at });
+        return out;
+      });
+    if (!expiresIn) {
+      this._urls.set(id, { promise, expiresAt: Infinity });
+      promise.catch(() => { if (this._urls.get(id)?.promise === promise) this._urls.delete(id); });
+    }
+    return promise;
   }
 
   /** Re-queues a failed send. */

@@ -105,15 +105,59 @@ function sameMessage(a, b) {
     JSON.stringify(a.content) === JSON.stringify(b.content);
 }
 
-/** The text to show for a message's content (text messages carry {"text": ...}). */
+/** The text to show for a message's content (text messages carry {"text": ...}; an attachment's is its caption). */
 export function messageText(msg) {
   if (!msg) return '';
   if (msg.recalled) return '';
   const c = msg.content;
   if (typeof c === 'string') return c;
   if (c && typeof c.text === 'string') return c.text;
+  if (attachmentOf(msg)) return c.caption ?? '';
   if (c && typeof c.url === 'string') return c.url;
   return c == null ? '' : JSON.stringify(c);
+}
+
+/**
+ * The content type of a message that carries an attachment of this MIME type (the server's
+ * sniffed mime_type): image/* is an image, audio/* audio, video/* video, anything else a file.
+ */
+export function attachmentContentType(mimeType) {
+  const top = String(mimeType ?? '').split('/')[0].toLowerCase();
+  return { image: ContentType.IMAGE, audio: ContentType.AUDIO, video: ContentType.VIDEO }[top] ?? ContentType.FILE;
+}
+
+/**
+ * The attachment content of a message ({attachment_id, name?, caption?, attachment?}, where
+ * attachment is the server's metadata: mime_type, size, width, height, preview...), or null
+ * for other content types, recalled messages and malformed content.
+ */
+export function attachmentOf(msg) {
+  if (!msg || msg.recalled) return null;
+  if (!(msg.content_type >= ContentType.IMAGE && msg.content_type <= ContentType.VIDEO)) return null;
+  const c = msg.content;
+  return c && typeof c === 'object' && typeof c.attachment_id === 'string' && c.attachment_id ? c : null;
+}
+
+/** A short label for a message's attachment, for previews and notifications ("Photo", a file's name). */
+export function attachmentLabel(msg) {
+  const a = attachmentOf(msg);
+  if (!a) return '';
+  switch (msg.content_type) {
+    case ContentType.IMAGE: return 'Photo';
+    case ContentType.AUDIO: return 'Audio';
+    case ContentType.VIDEO: return 'Video';
+    default: return a.name ? `File: ${a.name}` : 'File';
+  }
+}
+
+/** A human-readable byte count: 0 B, 999 B, 1.5 KB, 12 MB (powers of 1024, one decimal under 10). */
+export function formatBytes(n) {
+  n = Number(n) || 0;
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  const v = i === 0 || n >= 10 ? Math.round(n) : Math.round(n * 10) / 10;
+  return `${v} ${units[i]}`;
 }
 
 /** A random client_msg_id (a UUID; section 2 allows [A-Za-z0-9_-]{1,64}). */
