@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"image"
 	"image/color"
+	"image/draw"
 	"image/gif"
 	"image/jpeg"
 	"image/png"
@@ -496,4 +497,34 @@ func FuzzProbe(f *testing.F) {
 			t.Fatalf("negative info %+v", info)
 		}
 	})
+}
+
+// TestReduceYCbCrMatchesRGBA holds the YCbCr fast path of reduce to the general one (convert
+// every pixel, then average), within rounding, for every chroma subsampling and a size that
+// leaves partial blocks at the edges. (Where a conversion clamps, the mean of the converted
+// pixels and the conversion of the means part by more: the test keeps to colours that do not.)
+func TestReduceYCbCrMatchesRGBA(t *testing.T) {
+	for _, ratio := range []image.YCbCrSubsampleRatio{image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio422,
+		image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio440, image.YCbCrSubsampleRatio411, image.YCbCrSubsampleRatio410} {
+		src := image.NewYCbCr(image.Rect(0, 0, 203, 157), ratio)
+		for y := range 157 {
+			for x := range 203 {
+				src.Y[src.YOffset(x, y)] = uint8(48 + (3*x+5*y)%128) // a photo's range: no clamping in the conversion
+			}
+		}
+		for i := range src.Cb {
+			src.Cb[i], src.Cr[i] = uint8(112+i%32), uint8(144-i%32)
+		}
+		rgba := image.NewRGBA(src.Rect)
+		draw.Draw(rgba, rgba.Rect, src, image.Point{}, draw.Src)
+		fast, slow := reduce(src, 8), reduce(rgba, 8)
+		if fast.Rect != slow.Rect {
+			t.Fatalf("%v: %v, want %v", ratio, fast.Rect, slow.Rect)
+		}
+		for i := range fast.Pix {
+			if d := int(fast.Pix[i]) - int(slow.Pix[i]); d < -3 || d > 3 {
+				t.Fatalf("%v: byte %d is %d, want %d within 3", ratio, i, fast.Pix[i], slow.Pix[i])
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package media
 
 import (
 	"image"
+	"image/color"
 
 	"golang.org/x/image/draw"
 )
@@ -12,6 +13,9 @@ import (
 // once, where a kernel filter over 12 MP is several times slower. Besides the output it holds
 // one source row, converted by image/draw's fast paths to premultiplied RGBA.
 func reduce(src image.Image, k int) *image.RGBA {
+	if y, ok := src.(*image.YCbCr); ok && k > 1 {
+		return reduceYCbCr(y, k)
+	}
 	b := src.Bounds()
 	ow, oh := (b.Dx()+k-1)/k, (b.Dy()+k-1)/k
 	dst := image.NewRGBA(image.Rect(0, 0, ow, oh))
@@ -28,6 +32,78 @@ func reduce(src image.Image, k int) *image.RGBA {
 		writeMeans(dst.Pix[oy*dst.Stride:], sums, k, b.Dx(), y1-y0)
 	}
 	return dst
+}
+
+// reduceYCbCr is reduce for a decoded JPEG: it averages the luma and chroma planes as they
+// are and converts only the reduced pixels to RGB, where converting every source pixel first
+// (image/draw's YCbCr path) cost as much as the averaging. The colour conversion is affine,
+// so the mean of the converted pixels and the conversion of the means differ only by rounding
+// and clamping.
+func reduceYCbCr(src *image.YCbCr, k int) *image.RGBA {
+	b := src.Bounds()
+	hs, vs := chromaFactors(src.SubsampleRatio)
+	ow, oh := (b.Dx()+k-1)/k, (b.Dy()+k-1)/k
+	dst := image.NewRGBA(image.Rect(0, 0, ow, oh))
+	ys := make([]uint32, ow)
+	cbs, crs, cns := make([]uint32, ow), make([]uint32, ow), make([]uint32, ow)
+	for oy := range oh {
+		clear(ys)
+		clear(cbs)
+		clear(crs)
+		clear(cns)
+		y0 := b.Min.Y + oy*k
+		y1 := min(y0+k, b.Max.Y)
+		for y := y0; y < y1; y++ {
+			row := src.Y[src.YOffset(b.Min.X, y):][:b.Dx()]
+			for ox := range ow {
+				var sum uint32
+				for _, v := range row[ox*k : min((ox+1)*k, len(row))] {
+					sum += uint32(v)
+				}
+				ys[ox] += sum
+			}
+		}
+		// Each chroma sample counts as many times as it has luma samples in the block, as
+		// it would converted pixel by pixel.
+		for cy := y0 / vs; cy <= (y1-1)/vs; cy++ {
+			base := (cy-src.Rect.Min.Y/vs)*src.CStride - src.Rect.Min.X/hs
+			wy := uint32(min((cy+1)*vs, y1) - max(cy*vs, y0))
+			for ox := range ow {
+				x0 := b.Min.X + ox*k
+				x1 := min(x0+k, b.Max.X)
+				for cx := x0 / hs; cx <= (x1-1)/hs; cx++ {
+					w := wy * uint32(min((cx+1)*hs, x1)-max(cx*hs, x0))
+					cbs[ox] += w * uint32(src.Cb[base+cx])
+					crs[ox] += w * uint32(src.Cr[base+cx])
+					cns[ox] += w
+				}
+			}
+		}
+		out := dst.Pix[oy*dst.Stride:]
+		for ox := range ow {
+			n := uint32((y1 - y0) * (min((ox+1)*k, b.Dx()) - ox*k))
+			r, g, bl := color.YCbCrToRGB(uint8((ys[ox]+n/2)/n), uint8((cbs[ox]+cns[ox]/2)/cns[ox]), uint8((crs[ox]+cns[ox]/2)/cns[ox]))
+			out[4*ox], out[4*ox+1], out[4*ox+2], out[4*ox+3] = r, g, bl, 255
+		}
+	}
+	return dst
+}
+
+// chromaFactors is how many luma samples, across and down, share one chroma sample.
+func chromaFactors(r image.YCbCrSubsampleRatio) (h, v int) {
+	switch r {
+	case image.YCbCrSubsampleRatio422:
+		return 2, 1
+	case image.YCbCrSubsampleRatio420:
+		return 2, 2
+	case image.YCbCrSubsampleRatio440:
+		return 1, 2
+	case image.YCbCrSubsampleRatio411:
+		return 4, 1
+	case image.YCbCrSubsampleRatio410:
+		return 4, 2
+	}
+	return 1, 1
 }
 
 // sumRow adds each k-pixel run of one RGBA row into its output pixel's four sums.
