@@ -76,8 +76,11 @@ func TestAttachmentSameBatch(t *testing.T) {
 		return store.Message{ConvID: "c1", SenderID: "alice", ClientMsgID: k, MsgID: "m" + k, ContentType: 2, CreatedAt: 200, AttachmentID: "a_1"}
 	}
 	// Hold the writer until both appends are queued: they then make one batch.
-	release, held := make(chan struct{}), make(chan error, 1)
-	go func() { held <- s.Update(context.Background(), func(store.Tx) error { <-release; return nil }) }()
+	release, held, holding := make(chan struct{}), make(chan error, 1), make(chan struct{})
+	go func() {
+		held <- s.Update(context.Background(), func(store.Tx) error { close(holding); <-release; return nil })
+	}()
+	<-holding // the writer is inside the Update: the appends below queue behind it
 	var pending []store.PendingAppend
 	for _, k := range []string{"k1", "k2"} {
 		p, err := s.StartAppend(ctx, msg(k))
@@ -86,9 +89,8 @@ func TestAttachmentSameBatch(t *testing.T) {
 		}
 		pending = append(pending, p)
 	}
-	for s.q.Waiting() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	// StartAppend returned, so both are queued (its contract); the queue is the writer's to
+	// take as one batch once released.
 	close(release)
 	for _, p := range pending {
 		if _, err := p.Wait(); err != nil {
