@@ -44,18 +44,7 @@ func TestCrashDuringUploads(t *testing.T) {
 	srv := startServe(t, dir, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	admin := client.NewAdmin(srv.URL, crashAdminSecret, nil)
-	var tokens []string
-	for _, u := range []string{"alice", "bob"} {
-		if _, _, err := admin.CreateUser(ctx, u, ""); err != nil {
-			t.Fatal(err)
-		}
-		tok, err := admin.IssueToken(ctx, u, "d1", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, tok.Token)
-	}
+	tokens := mintUsers(ctx, t, srv.URL, crashAdminSecret, "alice", "bob")
 	alice := tokens[0]
 	conv, err := client.New(client.Options{BaseURL: srv.URL, Token: alice, UserID: "alice"}).CreateDirect(ctx, "bob")
 	if err != nil {

@@ -533,18 +533,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	defer cancel()
 	const secret = "drain-secret-0123456789abcdef0123456789"
 	p := startServe(t, t.TempDir(), "--admin-secret", secret)
-	admin := client.NewAdmin(p.URL, secret, nil)
-	var tokens []string
-	for _, u := range []string{"alice", "bob"} {
-		if _, _, err := admin.CreateUser(ctx, u, ""); err != nil {
-			t.Fatal(err)
-		}
-		tok, err := admin.IssueToken(ctx, u, "d1", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, tok.Token)
-	}
+	tokens := mintUsers(ctx, t, p.URL, secret, "alice", "bob")
 	alice := client.New(client.Options{BaseURL: p.URL, Token: tokens[0]})
 	if _, err := alice.CreateDirect(ctx, "bob"); err != nil {
 		t.Fatal(err)
@@ -682,4 +671,23 @@ func waitMetric(t *testing.T, baseURL, name, want string) {
 		}
 		<-tick.C
 	}
+}
+
+// mintUsers creates users through the admin API of the server at baseURL and returns a
+// token for each one's device "d1", in order.
+func mintUsers(ctx context.Context, t *testing.T, baseURL, secret string, users ...string) []string {
+	t.Helper()
+	admin := client.NewAdmin(baseURL, secret, nil)
+	var tokens []string
+	for _, u := range users {
+		if _, _, err := admin.CreateUser(ctx, u, ""); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := admin.IssueToken(ctx, u, "d1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, tok.Token)
+	}
+	return tokens
 }
