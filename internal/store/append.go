@@ -20,8 +20,9 @@ var ErrNotMember = fmt.Errorf("%w: no such conversation or not a member", ErrNot
 //
 // For a new (SenderID, ClientMsgID), AppendMessage has, in one atomic step:
 //   - stored the message with Seq = the conversation's MaxSeq + 1 (gapless per conversation)
-//     and raised the conversation's MaxSeq to it and its UpdatedAt to the message's
-//     CreatedAt;
+//     and CreatedAt raised to the conversation's UpdatedAt if it was below, so that no
+//     message is older than the one before it, and raised the conversation's MaxSeq to
+//     Seq and its UpdatedAt to the message's CreatedAt;
 //   - appended a "message" event (Type EventMessage, TS the message's CreatedAt, Seq) to the
 //     log of every member, the sender included, each with that user's next cursor;
 //   - made the conversation visible again (Hidden = false) for members who had hidden it;
@@ -177,7 +178,10 @@ func DecideAppend(m Message, v *AppendView, p *AppendPlan) error {
 		return fmt.Errorf("append: %d logs loaded for %d events", len(v.Logs), recipients)
 	}
 	m.Seq = c.MaxSeq + 1
-	c.MaxSeq, c.UpdatedAt = m.Seq, max(c.UpdatedAt, m.CreatedAt)
+	// No message is older than the one before it, whatever the clocks of the nodes that
+	// sent them did, so that a search by time can bisect the seqs (SearchMessageAt).
+	m.CreatedAt = max(m.CreatedAt, c.UpdatedAt)
+	c.MaxSeq, c.UpdatedAt = m.Seq, m.CreatedAt
 	if c.ReadFanout() {
 		c.Mark = v.LastMark + 1
 	}

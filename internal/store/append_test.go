@@ -56,6 +56,9 @@ func TestDecideAppendWriteFanout(t *testing.T) {
 	if p.Message.Seq != 4 || p.Conv.MaxSeq != 4 || p.Conv.UpdatedAt != 500 || p.ReadFanout {
 		t.Errorf("seq %d, conversation %+v: want seq 4 = max_seq, activity kept at 500 (later than the message)", p.Message.Seq, p.Conv)
 	}
+	if p.Message.CreatedAt != 500 {
+		t.Errorf("message created at %d: want raised to the conversation's latest activity, 500, so that no message is older than the one before", p.Message.CreatedAt)
+	}
 	want := []store.Delivery{{UserID: "a", Cursor: 11}, {UserID: "b", Cursor: 1}, {UserID: "d", Cursor: 42}}
 	if !slices.Equal(p.Events, want) {
 		t.Errorf("events %v, want %v", p.Events, want)
@@ -69,7 +72,7 @@ func TestDecideAppendWriteFanout(t *testing.T) {
 	if p.After[2] != members[2] || p.Changed[2] {
 		t.Errorf("other member after %+v (changed %v): want unchanged", p.After[2], p.Changed[2])
 	}
-	if ev := p.Event(p.Events[2]); !reflect.DeepEqual(ev, store.Event{UserID: "d", Cursor: 42, Type: store.EventMessage, ConvID: "c", TS: 400, Seq: 4}) {
+	if ev := p.Event(p.Events[2]); !reflect.DeepEqual(ev, store.Event{UserID: "d", Cursor: 42, Type: store.EventMessage, ConvID: "c", TS: 500, Seq: 4}) {
 		t.Errorf("event %+v", ev)
 	}
 	if members[1].Hidden != true || c.MaxSeq != 3 {

@@ -289,6 +289,10 @@ type MessageReader interface {
 	MessageByClientID(ctx context.Context, senderID, clientMsgID string) (Message, error)
 	// Messages returns the messages selected by r (see MessageRange).
 	Messages(ctx context.Context, convID string, r MessageRange) ([]Message, error)
+	// MessageAt returns the seq of the conversation's first message with CreatedAt >= ts
+	// (Unix ms), or ErrNotFound when every message is older or there is none. A backend
+	// answers it with SearchMessageAt; the cold tier's wrapper adds the sealed messages.
+	MessageAt(ctx context.Context, convID string, ts int64) (int64, error)
 }
 
 // MessageWriter writes messages.

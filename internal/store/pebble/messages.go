@@ -172,3 +172,8 @@ func (w writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64
 	}
 	return t.uncount(m.AttachmentID, convID, seq, at)
 }
+
+// MessageAt bisects the hot messages by time (store.SearchMessageAt).
+func (r readTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
+	return store.SearchMessageAt(ctx, r, convID, ts)
+}

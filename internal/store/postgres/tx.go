@@ -413,3 +413,8 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// MessageAt bisects the hot messages by time (store.SearchMessageAt).
+func (t readTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
+	return store.SearchMessageAt(ctx, t, convID, ts)
+}

@@ -434,3 +434,8 @@ func (d emptyIfNull) Scan(src any) error {
 	}
 	return nil
 }
+
+// MessageAt bisects the hot messages by time (store.SearchMessageAt).
+func (t readTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
+	return store.SearchMessageAt(ctx, t, convID, ts)
+}
