@@ -189,10 +189,11 @@ func (p *Pusher) originOf(t store.PushTarget) (string, bool) {
 // Run loads every target, works until ctx ends, then writes the cursors it advanced. On a
 // store shared by several nodes (store.Leader) it first waits to be the one pusher.
 func (p *Pusher) Run(ctx context.Context) error {
-	if l, ok := p.o.Store.(store.Leader); ok {
-		return p.lead(ctx, l)
+	if _, ok := p.o.Store.(store.Leader); !ok {
+		return p.run(ctx)
 	}
-	return p.run(ctx)
+	store.WhileLeading(ctx, p.o.Store, "push", p.o.MinBackoff, p.o.Log, p.run)
+	return nil
 }
 
 func (p *Pusher) run(ctx context.Context) error {
@@ -273,3 +274,7 @@ func (p *Pusher) Check(provider, token string) error {
 
 // VAPIDPublicKey returns the Web Push application server key, "" when Web Push is off.
 func (p *Pusher) VAPIDPublicKey() string { return p.o.VAPIDPublicKey }
+
+// Leading reports whether this pusher is the one that pushes (on a store several nodes
+// share, the holder of the lead; on one node, while it runs).
+func (p *Pusher) Leading() bool { return p.leading.Load() }
