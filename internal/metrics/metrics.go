@@ -54,6 +54,14 @@ type Metrics struct {
 	pushCollapsed prometheus.Counter
 	pushRemoved   *prometheus.CounterVec // by provider and reason
 	pushLag       prometheus.Histogram
+
+	tierSealed   prometheus.Counter
+	tierSegments prometheus.Counter
+	tierRaw      prometheus.Counter
+	tierStored   prometheus.Counter
+	tierReads    *prometheus.CounterVec // by "hit" or "miss" of the segment cache
+	tierPasses   *prometheus.CounterVec // by "ok" or "failed"
+	tierLastPass prometheus.Gauge
 }
 
 // New returns Metrics registered on a new registry, together with the Go runtime and process
@@ -149,8 +157,37 @@ func New() *Metrics {
 			Help:    "Time from an event's commit to the provider's acceptance of its push.",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30, 60, 300, 3600},
 		}),
+		tierSealed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_tier_sealed_messages_total",
+			Help: "Messages moved from the hot store into cold segments.",
+		}),
+		tierSegments: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_tier_segments_total",
+			Help: "Cold segments sealed.",
+		}),
+		tierRaw: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_tier_raw_bytes_total",
+			Help: "Encoded size of the sealed messages before compression (with parley_tier_stored_bytes_total, the compression ratio).",
+		}),
+		tierStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_tier_stored_bytes_total",
+			Help: "Bytes of cold segments written to the blob store.",
+		}),
+		tierReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_tier_segment_reads_total",
+			Help: "Reads that needed a cold segment, by whether the segment cache had it (hit) or the blob store was read (miss).",
+		}, []string{"cache"}),
+		tierPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_tier_passes_total",
+			Help: "Passes of the tiering job, by outcome.",
+		}, []string{"outcome"}),
+		tierLastPass: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "parley_tier_last_pass_timestamp_seconds",
+			Help: "When the latest tiering pass ended (Unix seconds); with the passes' outcomes, whether the job keeps up.",
+		}),
 	}
 	m.reg.MustRegister(
+		m.tierSealed, m.tierSegments, m.tierRaw, m.tierStored, m.tierReads, m.tierPasses, m.tierLastPass,
 		m.pushSent, m.pushFailed, m.pushRetried, m.pushGaveUp, m.pushCollapsed, m.pushRemoved, m.pushLag,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -324,4 +361,31 @@ func reasonLabel(r string) string {
 		}
 	}
 	return r
+}
+
+// SegmentSealed counts a sealed segment of n messages (tier.Observer).
+func (m *Metrics) SegmentSealed(n int, raw, stored int64) {
+	m.tierSealed.Add(float64(n))
+	m.tierSegments.Inc()
+	m.tierRaw.Add(float64(raw))
+	m.tierStored.Add(float64(stored))
+}
+
+// SegmentRead counts a read of a cold segment (tier.Observer).
+func (m *Metrics) SegmentRead(hit bool) {
+	if hit {
+		m.tierReads.WithLabelValues("hit").Inc()
+	} else {
+		m.tierReads.WithLabelValues("miss").Inc()
+	}
+}
+
+// TierPass counts a tiering pass (tier.Observer).
+func (m *Metrics) TierPass(sealed int, failed bool) {
+	if failed {
+		m.tierPasses.WithLabelValues("failed").Inc()
+	} else {
+		m.tierPasses.WithLabelValues("ok").Inc()
+	}
+	m.tierLastPass.SetToCurrentTime()
 }

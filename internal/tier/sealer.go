@@ -1,0 +1,272 @@
+package tier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/parleychat/parley/internal/blob"
+	"github.com/parleychat/parley/internal/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultHotWindow       = 7 * 24 * time.Hour // the flag's default; Config's zero keeps everything hot
+	DefaultSegmentMessages = 4096
+	DefaultMinMessages     = 256
+	DefaultInterval        = 10 * time.Minute
+)
+
+// Config configures the tier. A zero field but HotWindow takes its default.
+type Config struct {
+	// HotWindow is how long a message stays hot; 0 keeps every message hot (no Sealer).
+	HotWindow time.Duration
+	// CacheBytes bounds the decoded segments kept in memory (DefaultCacheBytes).
+	CacheBytes int64
+	// SegmentMessages is the most messages a segment holds.
+	SegmentMessages int
+	// MinMessages is the fewest a segment holds, unless its oldest message has been past
+	// the window for a day: a quiet conversation gets one small segment a day, not one a
+	// pass.
+	MinMessages int
+	// Interval is the time between passes.
+	Interval time.Duration
+}
+
+// Sealer moves messages older than the hot window into segments, one pass at a time.
+type Sealer struct {
+	st    store.Store // the backend, not the Store wrapper: it seals hot rows only
+	blobs blob.Store
+	cfg   Config
+	now   func() time.Time
+	log   *slog.Logger
+	obs   Observer
+	// Crash, when set, is called at each step of a segment's sealing, by name; a test
+	// makes it kill the process there.
+	Crash func(step string)
+}
+
+// Steps of sealing a segment, in order, as Crash names them.
+const (
+	StepAdded  = "added"  // the index has the pending entry; no blob yet
+	StepStored = "stored" // the blob is durable; the messages are still hot
+	StepSealed = "sealed" // the hot copies are gone and the entry is sealed
+)
+
+// NewSealer returns a Sealer of st's messages into blobs. now defaults to time.Now.
+func NewSealer(st store.Store, blobs blob.Store, cfg Config, now func() time.Time, log *slog.Logger, obs Observer) *Sealer {
+	if cfg.SegmentMessages <= 0 {
+		cfg.SegmentMessages = DefaultSegmentMessages
+	}
+	if cfg.MinMessages <= 0 {
+		cfg.MinMessages = DefaultMinMessages
+	}
+	cfg.MinMessages = min(cfg.MinMessages, cfg.SegmentMessages)
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &Sealer{st: st, blobs: blobs, cfg: cfg, now: now, log: log, obs: obs}
+}
+
+// Run makes a pass every Interval until ctx ends. On a store several nodes share
+// (store.Leader) only the node that holds the "tier" lead makes them.
+func (s *Sealer) Run(ctx context.Context) {
+	store.WhileLeading(ctx, s.st, "tier", time.Second, s.log, func(ctx context.Context) error {
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		for {
+			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("tier: pass", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// PassStats is what one pass did.
+type PassStats struct {
+	Segments, Messages int
+	RawBytes, Bytes    int64
+	Orphans            int // blobs of pending entries a crashed pass left, deleted
+	Conflicts          int // segments dropped because a message changed while sealing
+}
+
+// Pass seals every conversation's messages older than the hot window, but each
+// conversation's newest message (conversation lists show it), into segments. It first
+// removes what a crashed pass left (pending entries and their blobs) and the sync events
+// that name the messages it is about to seal, so that no sync, snapshot or push reads a
+// cold message.
+func (s *Sealer) Pass(ctx context.Context) (PassStats, error) {
+	var st PassStats
+	err := s.pass(ctx, &st)
+	s.obs.TierPass(st.Messages, err != nil)
+	return st, err
+}
+
+func (s *Sealer) pass(ctx context.Context, st *PassStats) error {
+	if err := s.dropPending(ctx, st); err != nil {
+		return err
+	}
+	cutoff := s.now().Add(-s.cfg.HotWindow).UnixMilli()
+	for {
+		n, err := s.st.PruneEvents(ctx, cutoff, 10_000)
+		if err != nil {
+			return fmt.Errorf("prune events before %d: %w", cutoff, err)
+		}
+		if n < 10_000 {
+			break
+		}
+	}
+	after := ""
+	for {
+		var ids []string
+		if err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
+			ids, err = tx.ConversationIDs(ctx, after, 500)
+			return err
+		}); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		for _, id := range ids {
+			if err := s.sealConversation(ctx, id, cutoff, st); err != nil {
+				return fmt.Errorf("conversation %s: %w", id, err)
+			}
+		}
+		after = ids[len(ids)-1]
+	}
+}
+
+// dropPending deletes the blob and the entry of every pending segment: only a pass makes
+// them, one pass runs at a time, and one that ended left none it still needed.
+func (s *Sealer) dropPending(ctx context.Context, st *PassStats) error {
+	for {
+		var segs []store.Segment
+		if err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
+			segs, err = tx.PendingSegments(ctx, 100)
+			return err
+		}); err != nil || len(segs) == 0 {
+			return err
+		}
+		for _, seg := range segs {
+			if err := s.drop(ctx, seg.Key); err != nil {
+				return err
+			}
+			st.Orphans++
+		}
+	}
+}
+
+// drop removes a pending segment: its blob first, so that an entry outlives its blob and
+// never the other way round.
+func (s *Sealer) drop(ctx context.Context, key string) error {
+	if err := s.blobs.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete segment %s: %w", key, err)
+	}
+	err := s.st.Update(ctx, func(tx store.Tx) error { return tx.DeleteSegment(ctx, key) })
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// sealConversation seals convID's hot messages older than cutoff, a segment at a time.
+func (s *Sealer) sealConversation(ctx context.Context, convID string, cutoff int64, st *PassStats) error {
+	for {
+		var ms []store.Message
+		if err := s.st.View(ctx, func(tx store.ReadTx) error {
+			c, err := tx.Conversation(ctx, convID)
+			if err != nil {
+				return err
+			}
+			ms, err = tx.Messages(ctx, convID, store.MessageRange{Limit: s.cfg.SegmentMessages})
+			n := 0
+			for n < len(ms) && ms[n].CreatedAt < cutoff && ms[n].Seq < c.MaxSeq {
+				n++
+			}
+			ms = ms[:n]
+			return err
+		}); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil // deleted meanwhile
+			}
+			return err
+		}
+		day := int64(24 * time.Hour / time.Millisecond)
+		if len(ms) == 0 || len(ms) < s.cfg.MinMessages && ms[0].CreatedAt >= cutoff-day {
+			return nil
+		}
+		if err := s.seal(ctx, ms, st); err != nil {
+			return err
+		}
+		if len(ms) < s.cfg.SegmentMessages {
+			return nil
+		}
+	}
+}
+
+// seal writes ms as one segment: the pending entry, the durable blob, then in one commit
+// the hot copies removed and the entry sealed (docs/design.md, "History tiers", has why a
+// crash between any two steps loses and duplicates nothing).
+func (s *Sealer) seal(ctx context.Context, ms []store.Message, st *PassStats) error {
+	b, raw, err := encode(ms)
+	if err != nil {
+		return err
+	}
+	first, last := ms[0], ms[len(ms)-1]
+	seg := store.Segment{ConvID: first.ConvID, FirstSeq: first.Seq, LastSeq: last.Seq,
+		FirstTS: first.CreatedAt, LastTS: last.CreatedAt, Key: segmentKey(first.ConvID, first.Seq, last.Seq),
+		Count: len(ms), Bytes: int64(len(b)), RawBytes: int64(raw), CreatedAt: s.now().UnixMilli()}
+	recalled := 0
+	for i := range ms {
+		if ms[i].Recalled {
+			recalled++
+		}
+	}
+	if err := s.st.Update(ctx, func(tx store.Tx) error { return tx.AddSegment(ctx, seg) }); err != nil {
+		return err
+	}
+	s.step(StepAdded)
+	if err := s.blobs.Put(ctx, seg.Key, bytes.NewReader(b), int64(len(b))); err != nil {
+		return fmt.Errorf("store segment %s: %w", seg.Key, err)
+	}
+	s.step(StepStored)
+	err = s.st.Update(ctx, func(tx store.Tx) error { return tx.SealSegment(ctx, seg.Key, recalled) })
+	if errors.Is(err, store.ErrConflict) {
+		st.Conflicts++
+		return s.drop(ctx, seg.Key) // a message was recalled meanwhile: sealed again next pass
+	}
+	if err != nil {
+		return err
+	}
+	s.step(StepSealed)
+	st.Segments++
+	st.Messages += len(ms)
+	st.RawBytes += int64(raw)
+	st.Bytes += int64(len(b))
+	s.obs.SegmentSealed(len(ms), int64(raw), int64(len(b)))
+	return nil
+}
+
+func (s *Sealer) step(name string) {
+	if s.Crash != nil {
+		s.Crash(name)
+	}
+}
