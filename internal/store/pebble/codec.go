@@ -321,3 +321,32 @@ func decodeMute(v []byte, user, conv string) (store.Mute, error) {
 	m := store.Mute{UserID: user, ConvID: conv, Until: d.varint()}
 	return m, d.done()
 }
+
+func encodeSegment(b []byte, s store.Segment) []byte {
+	b = appendString(b, s.ConvID)
+	b = appendVarint(b, s.FirstSeq)
+	b = appendVarint(b, s.LastSeq)
+	b = appendVarint(b, s.FirstTS)
+	b = appendVarint(b, s.LastTS)
+	b = appendVarint(b, int64(s.Count))
+	b = appendVarint(b, s.Bytes)
+	b = appendVarint(b, s.RawBytes)
+	b = appendVarint(b, s.CreatedAt)
+	return appendBool(b, s.Sealed)
+}
+
+func decodeSegment(v []byte, key string) (store.Segment, error) {
+	d := decoder{b: v}
+	s := store.Segment{Key: key}
+	s.ConvID = d.string()
+	s.FirstSeq = d.varint()
+	s.LastSeq = d.varint()
+	s.FirstTS = d.varint()
+	s.LastTS = d.varint()
+	s.Count = int(d.varint())
+	s.Bytes = d.varint()
+	s.RawBytes = d.varint()
+	s.CreatedAt = d.varint()
+	s.Sealed = d.bool()
+	return s, d.done()
+}

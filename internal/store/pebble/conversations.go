@@ -48,8 +48,9 @@ type latest struct {
 	sender string
 }
 
-// newest reads the conversation's latest message. Messages are never deleted (a recall
-// rewrites one), so its seq is the conversation's max_seq.
+// newest reads the conversation's latest message. A recall rewrites a message, and only
+// SealSegment deletes any, after writing into the rows what the newest of them implied
+// (impliedByNewest), so its seq is the conversation's max_seq whenever there is one.
 func (t *txn) newest(convID string) (latest, error) {
 	prefix := appendStr([]byte{tMessage}, convID)
 	it, err := t.iter(prefix, prefixEnd(prefix))

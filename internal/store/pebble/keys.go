@@ -31,6 +31,11 @@ import (
 //	U  enc(owner) int(created_at) enc(id) -> size: attachments by owner and age, for AttachmentUsage
 //	I  int(idle_since) enc(id)            -> empty: attachments with Refs 0, for IdleAttachments
 //	A  enc(attachment) enc(conv) int(seq) -> empty: the unrecalled messages that carry it, for AttachmentRefs
+//	B  enc(key)                           -> segment row (every field but the key), pending or sealed
+//	P  enc(key)                           -> empty: a pending segment, for PendingSegments
+//	S  enc(conv) int(last_seq)            -> the key: a sealed segment, for Segments and LastSegment
+//	W  enc(conv) int(last_ts) int(last_seq) -> the key: a sealed segment by time, for SegmentAtTime
+//	O  enc(conv) int(seq)                 -> message row: the overlay of a cold message (store.SegmentReader)
 //
 // int(x) is the int64 as 8 big-endian bytes with the sign bit flipped, so that byte order
 // is numeric order for every int64, negative ones included. enc(s) is the string with each
@@ -61,6 +66,18 @@ import (
 // writes it again, DeleteAttachment removes it. A exists exactly for each message that an
 // append counted in the row's Refs and that is not recalled: the append writes it, the
 // recall removes it (and uncounts only a message that has it: InsertMessage counts nothing).
+//
+// The cold tier's keys B, P, S, W and O came after layout 2 without a new version too. B
+// is a segment's row under its blob key; P exists exactly while it is pending, S and W
+// exactly while it is sealed, so that no read of the index filters one state out of the
+// other. W is one seek for SegmentAtTime: the messages' times never go down in seq order
+// (store.DecideAppend), so neither do the LastTS of a conversation's contiguous segments,
+// and the first W key at or after (conv, ts) is the first segment by seq too. SealSegment
+// removes the message rows g and client-id keys k of the segment but not their attachment
+// keys A, which stay until a recall of the cold message (PutOverlay) or DeleteAttachment;
+// and as g no longer holds the newest message once every hot one is sealed, it first
+// writes into the conversation row and the newest sender's member row what that message
+// implied (txn.newest), so that nothing read ever depended on a message that is gone.
 //
 // Members scans the roster r, never the member rows m themselves: a member row is rewritten
 // on every read-position update (and the sender's on every send), so the memtable holds many
@@ -94,6 +111,12 @@ const (
 	tAttachmentUsage byte = 'U' // U enc(owner) int(created_at) enc(id): its size, for AttachmentUsage
 	tAttachmentIdle  byte = 'I' // I int(idle_since) enc(id): an attachment with Refs 0
 	tAttachmentRef   byte = 'A' // A enc(id) enc(conv) int(seq): a message counted in its Refs
+
+	tSegment      byte = 'B' // B enc(key): a segment row (store.SegmentReader)
+	tPending      byte = 'P' // P enc(key): a pending segment
+	tSealed       byte = 'S' // S enc(conv) int(last_seq): a sealed segment's key
+	tSealedByTime byte = 'W' // W enc(conv) int(last_ts) int(last_seq): a sealed segment's key
+	tOverlay      byte = 'O' // O enc(conv) int(seq): the overlay of a cold message
 )
 
 // layoutVersion is the version of the key layout and value encoding stored under key v.
@@ -261,6 +284,21 @@ func attachmentIdleKey(b []byte, idleSince int64, id string) []byte {
 
 func attachmentRefKey(b []byte, id, conv string, seq int64) []byte {
 	return msgRef(appendStr(append(b, tAttachmentRef), id), conv, seq)
+}
+
+func segmentKey(b []byte, key string) []byte { return appendStr(append(b, tSegment), key) }
+func pendingKey(b []byte, key string) []byte { return appendStr(append(b, tPending), key) }
+
+func sealedKey(b []byte, conv string, lastSeq int64) []byte {
+	return msgRef(append(b, tSealed), conv, lastSeq)
+}
+
+func sealedByTimeKey(b []byte, conv string, lastTS, lastSeq int64) []byte {
+	return appendInt(appendInt(appendStr(append(b, tSealedByTime), conv), lastTS), lastSeq)
+}
+
+func overlayKey(b []byte, conv string, seq int64) []byte {
+	return msgRef(append(b, tOverlay), conv, seq)
 }
 
 var versionKey = []byte{tVersion}

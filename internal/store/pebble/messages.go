@@ -167,10 +167,17 @@ func (w writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64
 	if err := t.set(t.key, t.enc, t.val, true); err != nil { // t.key and t.val are still the message's
 		return err
 	}
+	return t.uncountRecalled(m, at)
+}
+
+// uncountRecalled takes m, just recalled, out of its attachment's references (uncount),
+// if it carries one: what a recall does to the count, hot (RecallMessage) or cold
+// (PutOverlay).
+func (t *txn) uncountRecalled(m store.Message, at int64) error {
 	if m.AttachmentID == "" {
 		return nil
 	}
-	return t.uncount(m.AttachmentID, convID, seq, at)
+	return t.uncount(m.AttachmentID, m.ConvID, m.Seq, at)
 }
 
 // MessageAt bisects the hot messages by time (store.SearchMessageAt).
