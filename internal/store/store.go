@@ -104,6 +104,7 @@ type ReadTx interface {
 	PushReader
 	BusKeyReader
 	AttachmentReader
+	SegmentReader
 }
 
 // Tx is what a read-write transaction offers.
@@ -117,6 +118,7 @@ type Tx interface {
 	PushWriter
 	BusKeyWriter
 	AttachmentWriter
+	SegmentWriter
 }
 
 // User is an account created by the operator.
