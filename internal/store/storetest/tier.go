@@ -300,7 +300,7 @@ func testTierSealConflict(t *testing.T, s store.Store) {
 		return tx.AddSegment(ctx, beyond)
 	})
 	recallAt(3) // recalled after the segment was written with one recall
-	pending := []store.Segment{beyond, seg}
+	pending := []store.Segment{seg, beyond} // by key: "seg-1" < "seg-beyond"
 	for _, c := range []struct {
 		what     string
 		key      string
