@@ -26,6 +26,7 @@ func tierTests() []struct {
 		{"Tier/PendingInvisible", testTierPendingInvisible},
 		{"Tier/SealRemovesHot", testTierSealRemovesHot},
 		{"Tier/SealConflict", testTierSealConflict},
+		{"Tier/SealKeepsRows", testTierSealKeepsRows},
 		{"Tier/SegmentsPaged", testTierSegmentsPaged},
 		{"Tier/SegmentAtTime", testTierSegmentAtTime},
 		{"Tier/Delete", testTierDelete},
@@ -300,7 +301,8 @@ func testTierSealConflict(t *testing.T, s store.Store) {
 		return tx.AddSegment(ctx, beyond)
 	})
 	recallAt(3) // recalled after the segment was written with one recall
-	pending := []store.Segment{seg, beyond} // by key: "seg-1" < "seg-beyond"
+	// PendingSegments orders by key: "seg-1" < "seg-beyond".
+	pending := []store.Segment{seg, beyond}
 	for _, c := range []struct {
 		what     string
 		key      string
@@ -332,6 +334,46 @@ func testTierSealConflict(t *testing.T, s store.Store) {
 	wantErr(t, "SealSegment over sealed messages", seal(t, s, "seg-again", 0), store.ErrConflict)
 	wantHot(t, "after a conflict over sealed messages", s, 6, 5, 6)
 	wantSegments(t, "Segments at the end", readSegments(t, s, "c1", 0, 10), sealed(seg))
+}
+
+// testTierSealKeepsRows seals every message of a conversation: what its rows say (its
+// MaxSeq and activity, the sender's positions) must not change with the messages gone,
+// however a backend derives them.
+func testTierSealKeepsRows(t *testing.T, s store.Store) {
+	tierFixture(t, s, 3)
+	rows := func() (store.Conversation, []store.Member) {
+		var c store.Conversation
+		var ms []store.Member
+		view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+			var err error
+			if c, err = tx.Conversation(ctx, "c1"); err != nil {
+				return err
+			}
+			ms, err = tx.Members(ctx, "c1")
+			return err
+		})
+		return c, ms
+	}
+	c, ms := rows()
+	if c.MaxSeq != 3 || c.UpdatedAt != tierAt(3) {
+		t.Fatalf("before sealing: MaxSeq %d UpdatedAt %d, want 3 and %d", c.MaxSeq, c.UpdatedAt, tierAt(3))
+	}
+	addAndSeal(t, s, newSegment("c1", 1, 3, "seg-1"))
+	if c2, ms2 := rows(); c2 != c || !reflect.DeepEqual(ms2, ms) {
+		t.Errorf("after sealing every message:\n got %+v %+v\nwant %+v %+v", c2, ms2, c, ms)
+	}
+	m := newAppend("c1", "bob", "b1")
+	m.CreatedAt = tierAt(4)
+	if res := mustAppend(t, s, m); res.Message.Seq != 4 {
+		t.Errorf("append after sealing every message: seq %d, want 4", res.Message.Seq)
+	}
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		alice, err := tx.Member(ctx, "c1", "alice")
+		if err == nil && (alice.ReadSeq != 3 || alice.DeliveredSeq != 3) {
+			t.Errorf("alice, who sent the sealed messages: ReadSeq %d DeliveredSeq %d, want 3 and 3", alice.ReadSeq, alice.DeliveredSeq)
+		}
+		return err
+	})
 }
 
 // segmentsFixture seals c1's messages 1..6 into three segments whose keys sort against
