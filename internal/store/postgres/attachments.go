@@ -32,17 +32,26 @@ func (t readTx) Attachment(ctx context.Context, id string) (store.Attachment, er
 	return a, nil
 }
 
-// AttachmentRefs implements store.AttachmentReader, by the partial index
-// messages_by_attachment, in byte order of the conversation id.
+// AttachmentRefs implements store.AttachmentReader, in byte order of the conversation id:
+// the hot messages by the partial index messages_by_attachment, and the sealed ones by
+// sealed_refs_by_attachment, never the same message twice (sealing moves it from one to
+// the other in one commit). Each side is a range of its index, cut to the limit before
+// the two are merged.
 func (t readTx) AttachmentRefs(ctx context.Context, id, afterConv string, afterSeq int64, limit int) ([]store.MessageRef, error) {
 	return collect(ctx, t.tx, func(r sqlrow.Row) (store.MessageRef, error) {
 		var ref store.MessageRef
 		err := r.Scan(&ref.ConvID, &ref.Seq)
 		return ref, err
 	}, fmt.Sprintf("messages carrying attachment %q", id),
-		`SELECT conv_id, seq FROM messages
-		WHERE attachment_id = $1 AND NOT recalled AND (conv_id COLLATE "C", seq) > ($2, $3)
-		ORDER BY conv_id COLLATE "C", seq LIMIT $4`, id, afterConv, afterSeq, max(limit, 0))
+		`SELECT conv_id, seq FROM (
+			(SELECT conv_id COLLATE "C" AS conv_id, seq FROM messages
+			WHERE attachment_id = $1 AND NOT recalled AND (conv_id COLLATE "C", seq) > ($2, $3)
+			ORDER BY conv_id COLLATE "C", seq LIMIT $4)
+			UNION ALL
+			(SELECT conv_id, seq FROM sealed_refs
+			WHERE attachment_id = $1 AND (conv_id, seq) > ($2, $3)
+			ORDER BY conv_id, seq LIMIT $4)) refs
+		ORDER BY conv_id, seq LIMIT $4`, id, afterConv, afterSeq, max(limit, 0))
 }
 
 // AttachmentUsage implements store.AttachmentReader, by the index attachments_by_owner.

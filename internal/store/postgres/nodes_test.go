@@ -249,6 +249,15 @@ func putNodesFixture(tx store.Tx, users []string, convs map[string][]string) err
 	return nil
 }
 
+// putNodesAttachment stores u0's attachment "a", complete, created at at.
+func putNodesAttachment(tx store.Tx, at int64) error {
+	ctx := context.Background()
+	if err := tx.CreateAttachment(ctx, store.Attachment{ID: "a", OwnerID: "u0", Size: 1, CreatedAt: at}); err != nil {
+		return err
+	}
+	return tx.CompleteAttachment(ctx, "a", store.AttachmentMeta{MimeType: "image/png", CompletedAt: at})
+}
+
 // TestNodesCountOneAttachment sends one attachment from two Stores on one schema at once,
 // then recalls every message through both at once (each recall twice, as two nodes
 // handling a client's retry would) while more sends of it go on, and a collector's
@@ -265,10 +274,7 @@ func TestNodesCountOneAttachment(t *testing.T) {
 		if err := putNodesFixture(tx, users, map[string][]string{"g": users, "r": users}); err != nil {
 			return err
 		}
-		if err := tx.CreateAttachment(ctx, store.Attachment{ID: "a", OwnerID: "u0", Size: 1, CreatedAt: at}); err != nil {
-			return err
-		}
-		return tx.CompleteAttachment(ctx, "a", store.AttachmentMeta{MimeType: "image/png", CompletedAt: at})
+		return putNodesAttachment(tx, at)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -74,6 +74,46 @@ func migrations() [][]string {
 		`ALTER TABLE messages ADD COLUMN attachment_id text COLLATE "C"`,
 		`CREATE INDEX messages_by_attachment ON messages (attachment_id, conv_id COLLATE "C", seq)
 			WHERE attachment_id IS NOT NULL AND NOT recalled`,
+	}, {
+		// v6: the cold history tier (store.SegmentReader, store.SegmentWriter). segments is
+		// its index, one row a blob, keyed by the blob's key; the reads see sealed rows only,
+		// by segments_sealed (from a seq, the last) and segments_by_time (SegmentAtTime),
+		// and the pending ones, few, by segments_pending, in byte order of the key.
+		`CREATE TABLE segments (
+			key        text COLLATE "C" NOT NULL PRIMARY KEY,
+			conv_id    text    NOT NULL,
+			first_seq  bigint  NOT NULL,
+			last_seq   bigint  NOT NULL,
+			first_ts   bigint  NOT NULL,
+			last_ts    bigint  NOT NULL,
+			count      integer NOT NULL,
+			bytes      bigint  NOT NULL,
+			raw_bytes  bigint  NOT NULL,
+			created_at bigint  NOT NULL,
+			sealed     boolean NOT NULL
+		)`,
+		`CREATE INDEX segments_sealed ON segments (conv_id, last_seq) WHERE sealed`,
+		`CREATE INDEX segments_by_time ON segments (conv_id, last_ts, last_seq) WHERE sealed`,
+		`CREATE INDEX segments_pending ON segments (key) WHERE NOT sealed`,
+		// The current version of each cold message that changed after it was sealed (a
+		// recall): the columns of messages, as they stand at this step, keyed as it is.
+		`CREATE TABLE overlays (LIKE messages)`,
+		`ALTER TABLE overlays ADD PRIMARY KEY (conv_id, seq)`,
+		// The sealed messages that still count in their attachment's refs: what
+		// messages_by_attachment listed of them before SealSegment deleted their rows, so
+		// that AttachmentRefs goes on listing them, until a recall in the overlay deletes
+		// the row and uncounts it (deleting the row is what makes that happen once, on any
+		// number of nodes).
+		`CREATE TABLE sealed_refs (
+			conv_id       text COLLATE "C" NOT NULL,
+			seq           bigint NOT NULL,
+			attachment_id text COLLATE "C" NOT NULL,
+			PRIMARY KEY (conv_id, seq)
+		)`,
+		`CREATE INDEX sealed_refs_by_attachment ON sealed_refs (attachment_id, conv_id, seq)`,
+		// ConversationIDs pages the ids in byte order, as the embedded engines do, whatever
+		// the database's collation (the primary key's).
+		`CREATE INDEX conversations_by_id_bytes ON conversations (id COLLATE "C")`,
 	}}
 }
 

@@ -227,9 +227,7 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 // InsertMessage implements store.MessageWriter.
 func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 	tag, err := t.tx.Exec(ctx, `INSERT INTO messages (`+msgCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
-		m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID, m.ContentType, m.Content, m.Extra,
-		m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions), attachmentValue(m.AttachmentID))
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`, messageArgs(m)...)
 	return expectOne(tag, err, store.ErrExists, "insert message %q/%d", m.ConvID, m.Seq)
 }
 
@@ -243,10 +241,13 @@ func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
 const recallSQL = `WITH m AS (
 		UPDATE messages SET content = NULL, extra = NULL, recalled = true
 		WHERE conv_id = $1 AND seq = $2 AND NOT recalled RETURNING attachment_id),
-	a AS (
-		UPDATE attachments SET refs = refs - 1, idle_since = CASE WHEN refs - 1 = 0 THEN $3::bigint ELSE 0 END
-		WHERE id = (SELECT attachment_id FROM m))
+	a AS (` + uncountSQL + ` WHERE id = (SELECT attachment_id FROM m))
 	SELECT count(*) FROM m`
+
+// uncountSQL takes one from an attachment's refs, in place, under the row's lock, and
+// marks it idle since $3 when that leaves none: the uncount of a recall, hot (recallSQL)
+// or cold (uncountSealedSQL). The caller adds the WHERE that names the attachment.
+const uncountSQL = `UPDATE attachments SET refs = refs - 1, idle_since = CASE WHEN refs - 1 = 0 THEN $3::bigint ELSE 0 END`
 
 // RecallMessage implements store.MessageWriter: one round trip for a message not yet
 // recalled (recallSQL), a second only to tell an already recalled one from none.
@@ -397,6 +398,12 @@ type extraColumn struct {
 }
 
 func (r extraColumn) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.dest)...) }
+
+// messageArgs are the values of msgCols for m, as messages and overlays store them.
+func messageArgs(m store.Message) []any {
+	return []any{m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID, m.ContentType, m.Content, m.Extra,
+		m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions), attachmentValue(m.AttachmentID)}
+}
 
 // attachmentValue is the attachment_id column of a message: NULL when it carries none, so
 // that the message stays out of messages_by_attachment.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/parleychat/parley/internal/store/sqlrow"
 )
 
 // stmtID names one prepared statement. Every statement is prepared once per connection
@@ -38,6 +40,12 @@ const (
 	stAttachmentRefs
 	stAttachmentUsage
 	stIdleAttachments
+	stSegments
+	stLastSegment
+	stSegmentAtTime
+	stPendingSegments
+	stOverlays
+	stConversationIDs
 	numReadStmts // marks the end of the statements a read-only pool prepares
 
 	// Writes.
@@ -68,6 +76,16 @@ const (
 	stMarkAttachmentDeleting
 	stAttachmentExists
 	stDeleteAttachment
+	stAddSegment
+	stPendingSegment
+	stSealCheck
+	stSealRefs
+	stSealDelete
+	stSealMark
+	stDeleteSegment
+	stPutOverlay
+	stDropSealedRef
+	stDeleteSealedRef
 
 	// Transaction control for group commit.
 	stBegin
@@ -90,6 +108,7 @@ const (
 		thumbnail, preview, completed_at, refs, idle_since`
 	pushCols = `user_id, device_id, provider, token, topic, locale, registered_at, cursor`
 	muteCols = `user_id, conv_id, until`
+	segCols  = sqlrow.SegmentCols
 )
 
 // statementSQL returns the text of every statement, indexed by stmtID. A function rather
@@ -125,13 +144,33 @@ func statementSQL() [numStmts]string {
 		stAttachment: `SELECT ` + attCols + ` FROM attachments WHERE id = ?`,
 		// attachment_id = ? implies the index's attachment_id IS NOT NULL, and recalled = 0
 		// is its other term, so SQLite may use it; INDEXED BY makes sure it does.
-		stAttachmentRefs: `SELECT conv_id, seq FROM messages INDEXED BY messages_by_attachment
-			WHERE attachment_id = ? AND recalled = 0 AND (conv_id, seq) > (?, ?)
-			ORDER BY conv_id, seq LIMIT ?`,
+		// The hot messages and the sealed ones (sealed_refs), never the same message twice:
+		// sealing moves it from one to the other in one commit. Each side is a range of its
+		// index, cut to the limit before the two are merged.
+		stAttachmentRefs: `SELECT conv_id, seq FROM (
+			SELECT * FROM (SELECT conv_id, seq FROM messages INDEXED BY messages_by_attachment
+				WHERE attachment_id = ?1 AND recalled = 0 AND (conv_id, seq) > (?2, ?3)
+				ORDER BY conv_id, seq LIMIT ?4)
+			UNION ALL
+			SELECT * FROM (SELECT conv_id, seq FROM sealed_refs INDEXED BY sealed_refs_by_attachment
+				WHERE attachment_id = ?1 AND (conv_id, seq) > (?2, ?3)
+				ORDER BY conv_id, seq LIMIT ?4))
+			ORDER BY conv_id, seq LIMIT ?4`,
 		stAttachmentUsage: `SELECT coalesce(sum(size), 0) FROM attachments INDEXED BY attachments_by_owner
 			WHERE owner_id = ? AND created_at >= ?`,
 		stIdleAttachments: `SELECT ` + attCols + ` FROM attachments INDEXED BY attachments_idle
 			WHERE refs = 0 AND idle_since < ? ORDER BY idle_since, id LIMIT ?`,
+		stSegments: `SELECT ` + segCols + ` FROM segments INDEXED BY segments_sealed
+			WHERE conv_id = ? AND sealed = 1 AND last_seq >= ? ORDER BY last_seq LIMIT ?`,
+		stLastSegment: `SELECT ` + segCols + ` FROM segments INDEXED BY segments_sealed
+			WHERE conv_id = ? AND sealed = 1 ORDER BY last_seq DESC LIMIT 1`,
+		stSegmentAtTime: `SELECT ` + segCols + ` FROM segments INDEXED BY segments_by_time
+			WHERE conv_id = ? AND sealed = 1 AND last_ts >= ? ORDER BY last_ts, last_seq LIMIT 1`,
+		stPendingSegments: `SELECT ` + segCols + ` FROM segments INDEXED BY segments_pending
+			WHERE sealed = 0 ORDER BY key LIMIT ?`,
+		stOverlays: `SELECT ` + msgCols + ` FROM overlays WHERE conv_id = ? AND seq >= ? AND seq <= ?
+			ORDER BY seq`,
+		stConversationIDs: `SELECT id FROM conversations WHERE id > ? ORDER BY id LIMIT ?`,
 
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
 		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
@@ -175,12 +214,9 @@ func statementSQL() [numStmts]string {
 		stAddAttachmentRef: `UPDATE attachments SET refs = refs + 1, idle_since = 0 WHERE id = ?`,
 		// Run before stRecallMessage, while the message still reads unrecalled: it takes one
 		// from the attachment of a message recalled now for the first time, and nothing
-		// otherwise. refs > 0 keeps a message InsertMessage stored uncounted from taking the
-		// count below zero, where the collector would never see it idle.
-		stDropAttachmentRef: `UPDATE attachments
-			SET refs = refs - 1, idle_since = CASE WHEN refs = 1 THEN ?1 ELSE idle_since END
-			WHERE id = (SELECT attachment_id FROM messages WHERE conv_id = ?2 AND seq = ?3 AND recalled = 0)
-			AND refs > 0`,
+		// otherwise.
+		stDropAttachmentRef: dropAttachmentRefSQL(`SELECT attachment_id FROM messages
+			WHERE conv_id = ?2 AND seq = ?3 AND recalled = 0`),
 		stCreateAttachment: `INSERT INTO attachments (` + attCols + `)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		stCompleteAttachment: `UPDATE attachments SET state = ?, mime_type = ?, sha256 = ?, width = ?,
@@ -190,6 +226,26 @@ func statementSQL() [numStmts]string {
 			WHERE id = ?2 AND (state = ?1 OR (refs = 0 AND idle_since < ?3))`,
 		stAttachmentExists: `SELECT 1 FROM attachments WHERE id = ?`,
 		stDeleteAttachment: `DELETE FROM attachments WHERE id = ?`,
+		stAddSegment:       `INSERT INTO segments (` + segCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		stPendingSegment:   `SELECT ` + segCols + ` FROM segments WHERE key = ? AND sealed = 0`,
+		// (conv_id, seq) is unique, so the count is how many of the seqs hold a message.
+		stSealCheck: `SELECT count(*), coalesce(sum(recalled), 0) FROM messages
+			WHERE conv_id = ? AND seq >= ? AND seq <= ?`,
+		stSealRefs: `INSERT INTO sealed_refs (conv_id, seq, attachment_id)
+			SELECT conv_id, seq, attachment_id FROM messages WHERE attachment_id IS NOT NULL AND recalled = 0 AND conv_id = ? AND seq >= ? AND seq <= ?`,
+		stSealDelete:    `DELETE FROM messages WHERE conv_id = ? AND seq >= ? AND seq <= ?`,
+		stSealMark:      `UPDATE segments SET sealed = 1 WHERE key = ?`,
+		stDeleteSegment: `DELETE FROM segments WHERE key = ?`,
+		stPutOverlay: `INSERT INTO overlays (` + msgCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (conv_id, seq) DO UPDATE SET msg_id = excluded.msg_id,
+			client_msg_id = excluded.client_msg_id, sender_id = excluded.sender_id,
+			content_type = excluded.content_type, content = excluded.content, extra = excluded.extra,
+			created_at = excluded.created_at, recalled = excluded.recalled,
+			mentions = excluded.mentions, attachment_id = excluded.attachment_id`,
+		// Run before stDeleteSealedRef: the sealed message's count, taken once because the
+		// row that names it goes with the first recall.
+		stDropSealedRef:   dropAttachmentRefSQL(`SELECT attachment_id FROM sealed_refs WHERE conv_id = ?2 AND seq = ?3`),
+		stDeleteSealedRef: `DELETE FROM sealed_refs WHERE conv_id = ? AND seq = ?`,
 
 		stBegin:      `BEGIN IMMEDIATE`,
 		stCommit:     `COMMIT`,
@@ -198,6 +254,18 @@ func statementSQL() [numStmts]string {
 		stRelease:    `RELEASE request`,
 		stRollbackTo: `ROLLBACK TO request`,
 	}
+}
+
+// dropAttachmentRefSQL takes one from the refs of the attachment that carrier (a query
+// binding ?2, ?3 to a conversation and seq) names, and sets its idle_since to ?1 when that
+// leaves none; nothing when carrier names none. It is the uncount of a recall, hot
+// (stDropAttachmentRef) or cold (stDropSealedRef). refs > 0 keeps a message InsertMessage
+// stored uncounted from taking the count below zero, where the collector would never see
+// it idle.
+func dropAttachmentRefSQL(carrier string) string {
+	return `UPDATE attachments
+		SET refs = refs - 1, idle_since = CASE WHEN refs = 1 THEN ?1 ELSE idle_since END
+		WHERE id = (` + carrier + `) AND refs > 0`
 }
 
 const membershipsSQL = `SELECT m.conv_id, m.user_id, m.joined_at, m.ordinal, m.join_seq,

@@ -86,6 +86,56 @@ func migrations() [][]string {
 		`ALTER TABLE messages ADD COLUMN attachment_id TEXT`,
 		`CREATE INDEX messages_by_attachment ON messages (attachment_id, conv_id, seq)
 			WHERE attachment_id IS NOT NULL AND recalled = 0`,
+	}, {
+		// v9: the cold history tier (store.SegmentReader, store.SegmentWriter). segments is
+		// its index, one row a blob, keyed by the blob's key; the reads see sealed rows only,
+		// by segments_sealed (from a seq, the last) and segments_by_time (SegmentAtTime),
+		// and the pending ones, few, by segments_pending.
+		`CREATE TABLE segments (
+			key        TEXT    NOT NULL PRIMARY KEY,
+			conv_id    TEXT    NOT NULL,
+			first_seq  INTEGER NOT NULL,
+			last_seq   INTEGER NOT NULL,
+			first_ts   INTEGER NOT NULL,
+			last_ts    INTEGER NOT NULL,
+			count      INTEGER NOT NULL,
+			bytes      INTEGER NOT NULL,
+			raw_bytes  INTEGER NOT NULL,
+			created_at INTEGER NOT NULL,
+			sealed     INTEGER NOT NULL
+		) WITHOUT ROWID`,
+		`CREATE INDEX segments_sealed ON segments (conv_id, last_seq) WHERE sealed = 1`,
+		`CREATE INDEX segments_by_time ON segments (conv_id, last_ts, last_seq) WHERE sealed = 1`,
+		`CREATE INDEX segments_pending ON segments (key) WHERE sealed = 0`,
+		// The current version of each cold message that changed after it was sealed (a
+		// recall): the columns of messages, keyed as it is. It keeps its rowid for the
+		// reason messages does (content of up to 64 KiB).
+		`CREATE TABLE overlays (
+			conv_id       TEXT    NOT NULL,
+			seq           INTEGER NOT NULL,
+			msg_id        TEXT    NOT NULL,
+			client_msg_id TEXT    NOT NULL,
+			sender_id     TEXT    NOT NULL,
+			content_type  INTEGER NOT NULL,
+			content       BLOB,
+			extra         BLOB,
+			created_at    INTEGER NOT NULL,
+			recalled      INTEGER NOT NULL,
+			mentions      TEXT,
+			attachment_id TEXT,
+			UNIQUE (conv_id, seq)
+		)`,
+		// The sealed messages that still count in their attachment's refs: what
+		// messages_by_attachment listed of them before SealSegment deleted their rows, so
+		// that AttachmentRefs goes on listing them, until a recall in the overlay removes
+		// the row and uncounts it (the row is what makes that happen once).
+		`CREATE TABLE sealed_refs (
+			conv_id       TEXT    NOT NULL,
+			seq           INTEGER NOT NULL,
+			attachment_id TEXT    NOT NULL,
+			PRIMARY KEY (conv_id, seq)
+		) WITHOUT ROWID`,
+		`CREATE INDEX sealed_refs_by_attachment ON sealed_refs (attachment_id, conv_id, seq)`,
 	}}
 }
 

@@ -2,54 +2,112 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/store/sqlrow"
 )
 
-// errNoTier is what every method of the cold tier returns on this engine until it has
-// the tier's tables: ErrUnavailable, so that a caller treats the tier as down rather than
-// empty, and the conformance suite skips the tier's tests here.
-var errNoTier = fmt.Errorf("%w: the cold tier is not implemented on this engine yet", store.ErrUnavailable)
-
-// Segments is not implemented yet (errNoTier).
+// Segments implements store.SegmentReader, by the index segments_sealed.
 func (t readTx) Segments(ctx context.Context, convID string, fromSeq int64, limit int) ([]store.Segment, error) {
-	return nil, errNoTier
+	return queryAll(ctx, t.q, sqlrow.Segment, stSegments, []any{convID, fromSeq, max(limit, 0)},
+		"segments of conversation %q", convID)
 }
 
-// LastSegment is not implemented yet (errNoTier).
+// LastSegment implements store.SegmentReader: one seek at the end of segments_sealed.
 func (t readTx) LastSegment(ctx context.Context, convID string) (store.Segment, error) {
-	return store.Segment{}, errNoTier
+	seg, err := sqlrow.Segment(t.q.queryRow(ctx, stLastSegment, convID))
+	if err != nil {
+		return store.Segment{}, t.q.fail(err, "last segment of conversation %q", convID)
+	}
+	return seg, nil
 }
 
-// SegmentAtTime is not implemented yet (errNoTier).
+// SegmentAtTime implements store.SegmentReader: one seek in segments_by_time.
 func (t readTx) SegmentAtTime(ctx context.Context, convID string, ts int64) (store.Segment, error) {
-	return store.Segment{}, errNoTier
+	seg, err := sqlrow.Segment(t.q.queryRow(ctx, stSegmentAtTime, convID, ts))
+	if err != nil {
+		return store.Segment{}, t.q.fail(err, "segment of conversation %q at %d", convID, ts)
+	}
+	return seg, nil
 }
 
-// PendingSegments is not implemented yet (errNoTier).
+// PendingSegments implements store.SegmentReader, by the partial index segments_pending.
 func (t readTx) PendingSegments(ctx context.Context, limit int) ([]store.Segment, error) {
-	return nil, errNoTier
+	return queryAll(ctx, t.q, sqlrow.Segment, stPendingSegments, []any{max(limit, 0)}, "pending segments")
 }
 
-// Overlays is not implemented yet (errNoTier).
+// Overlays implements store.SegmentReader.
 func (t readTx) Overlays(ctx context.Context, convID string, from, to int64) ([]store.Message, error) {
-	return nil, errNoTier
+	return queryAll(ctx, t.q, scanMessage, stOverlays, []any{convID, from, to},
+		"overlays of conversation %q", convID)
 }
 
-// ConversationIDs is not implemented yet (errNoTier).
+// ConversationIDs implements store.SegmentReader, in the order of the primary key (BINARY:
+// byte order, as the other engines order ids).
 func (t readTx) ConversationIDs(ctx context.Context, after string, limit int) ([]string, error) {
-	return nil, errNoTier
+	return queryAll(ctx, t.q, func(r rowScanner) (string, error) {
+		var id string
+		err := r.Scan(&id)
+		return id, err
+	}, stConversationIDs, []any{after, max(limit, 0)}, "conversation ids after %q", after)
 }
 
-// AddSegment is not implemented yet (errNoTier).
-func (t writeTx) AddSegment(ctx context.Context, seg store.Segment) error { return errNoTier }
+// AddSegment implements store.SegmentWriter: the primary key refuses a key taken.
+func (t writeTx) AddSegment(ctx context.Context, seg store.Segment) error {
+	if _, err := t.q.exec(ctx, stAddSegment, sqlrow.SegmentArgs(seg)...); err != nil {
+		return t.q.fail(err, "add segment %q", seg.Key)
+	}
+	return nil
+}
 
-// SealSegment is not implemented yet (errNoTier).
-func (t writeTx) SealSegment(ctx context.Context, key string, recalled int) error { return errNoTier }
+// SealSegment implements store.SegmentWriter. The single writer makes the check and the
+// writes after it one step: no recall can come between them. The check comes first, so
+// that ErrConflict leaves everything as it was; then the messages that still count in an
+// attachment are kept in sealed_refs (AttachmentRefs), and the rows go, their
+// (sender_id, client_msg_id) keys with them.
+func (t writeTx) SealSegment(ctx context.Context, key string, recalled int) error {
+	seg, err := sqlrow.Segment(t.q.queryRow(ctx, stPendingSegment, key))
+	if err != nil {
+		return t.q.fail(err, "seal segment %q", key)
+	}
+	var stored, recalledNow int64
+	if err := t.q.queryRow(ctx, stSealCheck, seg.ConvID, seg.FirstSeq, seg.LastSeq).Scan(&stored, &recalledNow); err != nil {
+		return t.q.fail(err, "seal segment %q", key)
+	}
+	if err := sqlrow.CheckSeal(seg, stored, recalledNow, recalled); err != nil {
+		return err
+	}
+	for _, id := range []stmtID{stSealRefs, stSealDelete} {
+		if _, err := t.q.exec(ctx, id, seg.ConvID, seg.FirstSeq, seg.LastSeq); err != nil {
+			return t.q.fail(err, "seal segment %q", key)
+		}
+	}
+	res, err := t.q.exec(ctx, stSealMark, key)
+	return t.expectOne(res, err, "seal segment %q", key)
+}
 
-// DeleteSegment is not implemented yet (errNoTier).
-func (t writeTx) DeleteSegment(ctx context.Context, key string) error { return errNoTier }
+// DeleteSegment implements store.SegmentWriter.
+func (t writeTx) DeleteSegment(ctx context.Context, key string) error {
+	res, err := t.q.exec(ctx, stDeleteSegment, key)
+	return t.expectOne(res, err, "delete segment %q", key)
+}
 
-// PutOverlay is not implemented yet (errNoTier).
-func (t writeTx) PutOverlay(ctx context.Context, m store.Message, at int64) error { return errNoTier }
+// PutOverlay implements store.SegmentWriter. A recalled version uncounts the attachment
+// that sealed_refs holds for the message and removes that row, as RecallMessage does for
+// a hot one (the same statement, on the other table): the row is there until the first
+// recall only, so a second recall uncounts nothing.
+func (t writeTx) PutOverlay(ctx context.Context, m store.Message, at int64) error {
+	if _, err := t.q.exec(ctx, stPutOverlay, messageArgs(m)...); err != nil {
+		return t.q.fail(err, "put overlay %q/%d", m.ConvID, m.Seq)
+	}
+	if !m.Recalled {
+		return nil
+	}
+	if _, err := t.q.exec(ctx, stDropSealedRef, at, m.ConvID, m.Seq); err != nil {
+		return t.q.fail(err, "uncount the attachment of cold message %q/%d", m.ConvID, m.Seq)
+	}
+	if _, err := t.q.exec(ctx, stDeleteSealedRef, m.ConvID, m.Seq); err != nil {
+		return t.q.fail(err, "uncount the attachment of cold message %q/%d", m.ConvID, m.Seq)
+	}
+	return nil
+}

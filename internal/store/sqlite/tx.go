@@ -246,9 +246,7 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 
 // InsertMessage implements store.MessageWriter.
 func (t writeTx) InsertMessage(ctx context.Context, m store.Message) error {
-	_, err := t.q.exec(ctx, stInsertMessage, m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID,
-		m.ContentType, blob(m.Content), blob(m.Extra), m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions),
-		nullString(m.AttachmentID))
+	_, err := t.q.exec(ctx, stInsertMessage, messageArgs(m)...)
 	if err != nil {
 		return t.q.fail(err, "insert message %q/%d", m.ConvID, m.Seq)
 	}
@@ -365,6 +363,12 @@ func (t writeTx) expectOne(res sql.Result, err error, format string, args ...any
 		return fmt.Errorf("sqlite: %s: %w", fmt.Sprintf(format, args...), store.ErrNotFound)
 	}
 	return nil
+}
+
+// messageArgs are the values of msgCols for m, as messages and overlays store them.
+func messageArgs(m store.Message) []any {
+	return []any{m.ConvID, m.Seq, m.MsgID, m.ClientMsgID, m.SenderID, m.ContentType, blob(m.Content),
+		blob(m.Extra), m.CreatedAt, m.Recalled, sqlrow.MentionsValue(m.Mentions), nullString(m.AttachmentID)}
 }
 
 // nullString stores an empty string as NULL: an absent attachment id, which the partial

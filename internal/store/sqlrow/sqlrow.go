@@ -115,3 +115,36 @@ func memberDest(m *store.Member) []any {
 	return []any{&m.ConvID, &m.UserID, &m.JoinedAt, &m.Ordinal, &m.JoinSeq, &m.ClearedSeq,
 		&m.ReadSeq, &m.DeliveredSeq, &m.Hidden}
 }
+
+// SegmentCols is the column list of the cold tier's segments table, in the order Segment
+// reads it; both engines name the columns alike.
+const SegmentCols = `conv_id, first_seq, last_seq, first_ts, last_ts, key, count, bytes, raw_bytes, created_at, sealed`
+
+// Segment reads SegmentCols.
+func Segment(r Row) (store.Segment, error) {
+	var s store.Segment
+	err := r.Scan(&s.ConvID, &s.FirstSeq, &s.LastSeq, &s.FirstTS, &s.LastTS, &s.Key, &s.Count,
+		&s.Bytes, &s.RawBytes, &s.CreatedAt, &s.Sealed)
+	return s, err
+}
+
+// SegmentArgs are the values of SegmentCols for seg, recorded pending whatever seg.Sealed
+// says (store.SegmentWriter.AddSegment).
+func SegmentArgs(seg store.Segment) []any {
+	return []any{seg.ConvID, seg.FirstSeq, seg.LastSeq, seg.FirstTS, seg.LastTS, seg.Key, seg.Count,
+		seg.Bytes, seg.RawBytes, seg.CreatedAt, false}
+}
+
+// CheckSeal is SealSegment's check on what the engine read, under its lock, of the hot
+// messages seg.FirstSeq..seg.LastSeq: stored is how many of those seqs hold a message
+// (each at most one, by the (conv_id, seq) key), recalledNow how many of them are
+// recalled. Every seq must be stored and exactly recalled recalled; else ErrConflict,
+// before the engine has changed anything.
+func CheckSeal(seg store.Segment, stored, recalledNow int64, recalled int) error {
+	want := seg.LastSeq - seg.FirstSeq + 1
+	if stored != want || recalledNow != int64(recalled) {
+		return fmt.Errorf("seal segment %q: %d of %d messages %d..%d of %q stored hot, %d recalled, %d expected: %w",
+			seg.Key, stored, want, seg.FirstSeq, seg.LastSeq, seg.ConvID, recalledNow, recalled, store.ErrConflict)
+	}
+	return nil
+}

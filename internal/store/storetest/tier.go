@@ -85,7 +85,10 @@ func appendTimed(t testing.TB, s store.Store, convID string, from, to int64) []s
 	for seq := from; seq <= to; seq++ {
 		m := newAppend(convID, "alice", fmt.Sprintf("k%d", seq))
 		if convID != "c1" {
+			// A message id of its own too: an engine may keep msg_id unique (SQLite does), and
+			// newAppend made it from the client id.
 			m.ClientMsgID = fmt.Sprintf("%s-k%d", convID, seq)
+			m.MsgID = "msg-alice-" + m.ClientMsgID
 		}
 		m.CreatedAt = tierAt(seq)
 		res := mustAppend(t, s, m)
