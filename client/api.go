@@ -93,6 +93,22 @@ func (c *Client) History(ctx context.Context, convID string, q HistoryQuery) (Me
 	return out, err
 }
 
+// MessagesAround jumps to a date: it returns up to limit of the conversation's visible
+// messages around the first one created at or after ts, about half before it and the rest
+// from it on, ascending (0: the server's default page). The page's AnchorSeq is that
+// message, 0 when every visible message is older (the page is then the newest ones);
+// HasMoreBefore and HasMoreAfter tell whether History with BeforeSeq (the first seq of the
+// page) and AfterSeq (its last) has more to give, for scrolling both ways from there.
+func (c *Client) MessagesAround(ctx context.Context, convID string, ts time.Time, limit int) (MessagesPage, error) {
+	query := url.Values{"around_ts": {strconv.FormatInt(max(ts.UnixMilli(), 1), 10)}} // the server takes 1 and up
+	if limit > 0 {
+		query.Set("limit", strconv.Itoa(limit))
+	}
+	var out MessagesPage
+	_, err := c.http.do(ctx, http.MethodGet, convPath(convID, "/messages"), query, nil, &out)
+	return out, err
+}
+
 // MarkRead advances the caller's read position to seq (positions never move back) and
 // returns the position now in force.
 func (c *Client) MarkRead(ctx context.Context, convID string, seq int64) (int64, error) {

@@ -180,9 +180,17 @@ type ReceiptsPush struct {
 const MaxReceiptsPushed = 20
 
 // MessagesPage answers GET /v1/conversations/{id}/messages.
+//
+// AnchorSeq, HasMoreBefore and HasMoreAfter answer only a jump to a date (around_ts), which
+// pages both ways from the page it returns; a plain history call pages one way and leaves
+// them out, so its encoding is what it was before jumps existed. In a jump's answer an
+// absent field is its zero: anchor_seq 0 means no visible message is at or after the time.
 type MessagesPage struct {
-	Messages []Message `json:"messages"`
-	HasMore  bool      `json:"has_more"`
+	Messages      []Message `json:"messages"`
+	HasMore       bool      `json:"has_more"`
+	AnchorSeq     int64     `json:"anchor_seq,omitempty"`
+	HasMoreBefore bool      `json:"has_more_before,omitempty"`
+	HasMoreAfter  bool      `json:"has_more_after,omitempty"`
 }
 
 // ConversationList answers GET /v1/conversations: one page, most recently active first.

@@ -221,20 +221,25 @@ func minimalStringLen(s string) int {
 	return n
 }
 
-// HistoryQuery selects a page of messages. BeforeSeq > 0 selects the page below it.
+// HistoryQuery selects a page of messages. BeforeSeq > 0 selects the page below it;
+// AroundTS > 0 (Unix ms) the page around the first visible message at or after that time
+// (see around), and excludes the other two.
 type HistoryQuery struct {
 	AfterSeq  int64
 	BeforeSeq int64
+	AroundTS  int64
 	Limit     int // 0 means the default; larger than the maximum is clamped
 }
 
 // History returns the caller's visible messages of a conversation in ascending seq order.
 func (s *Service) History(ctx context.Context, me Identity, convID string, q HistoryQuery) (protocol.MessagesPage, error) {
 	switch {
-	case q.AfterSeq < 0 || q.BeforeSeq < 0 || q.Limit < 0:
-		return protocol.MessagesPage{}, invalid("after_seq, before_seq and limit must not be negative")
+	case q.AfterSeq < 0 || q.BeforeSeq < 0 || q.AroundTS < 0 || q.Limit < 0:
+		return protocol.MessagesPage{}, invalid("after_seq, before_seq, around_ts and limit must not be negative")
 	case q.AfterSeq > 0 && q.BeforeSeq > 0:
 		return protocol.MessagesPage{}, invalid("give after_seq or before_seq, not both")
+	case q.AroundTS > 0 && (q.AfterSeq > 0 || q.BeforeSeq > 0):
+		return protocol.MessagesPage{}, invalid("around_ts goes without after_seq and before_seq")
 	case q.Limit == 0:
 		q.Limit = protocol.DefaultPageLimit
 	}
@@ -244,6 +249,10 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 	err := s.view(ctx, "history", func(tx store.ReadTx) error {
 		c, m, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
+			return err
+		}
+		if q.AroundTS > 0 {
+			page, err = around(ctx, tx, c, visibleFrom(m), q.AroundTS, q.Limit)
 			return err
 		}
 		if c.ReadFanout() {
@@ -275,6 +284,46 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 		return nil
 	})
 	return page, err
+}
+
+// around answers a jump to the time ts (Unix ms) for a member who sees the messages above
+// floor: up to limit of them, ascending, around the anchor, the first visible message with
+// created_at >= ts. The anchor is the first visible message when the one at ts is below the
+// floor (the member joined or cleared after it), and 0 when every visible message is
+// older, in which case the page is the newest ones. About half the page is before the
+// anchor and the rest from it on; where one side has fewer, the other fills the page, so
+// that a jump near either end still answers a full page.
+//
+// It reads only through the ReadTx (MessageAt, Messages), so that a store that adds cold
+// messages to those reads answers jumps into them unchanged. Two range reads of limit+1
+// after an O(log n) search: the cost does not grow with the conversation.
+func around(ctx context.Context, tx store.ReadTx, c store.Conversation, floor, ts int64, limit int) (protocol.MessagesPage, error) {
+	at, err := tx.MessageAt(ctx, c.ID, ts)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		at = c.MaxSeq + 1 // nothing from the anchor on: the page is the newest ones
+	case err != nil:
+		return protocol.MessagesPage{}, err
+	}
+	// From the anchor on; Floor moves an anchor below it to the first visible message.
+	after, err := tx.Messages(ctx, c.ID, store.MessageRange{Floor: floor, AfterSeq: at - 1, Limit: limit + 1})
+	if err != nil {
+		return protocol.MessagesPage{}, err
+	}
+	var page protocol.MessagesPage
+	if len(after) > 0 {
+		page.AnchorSeq, at = after[0].Seq, after[0].Seq
+	}
+	before, err := tx.Messages(ctx, c.ID, store.MessageRange{Floor: floor, BeforeSeq: at, Limit: limit + 1})
+	if err != nil {
+		return protocol.MessagesPage{}, err
+	}
+	nb := min(len(before), max(limit/2, limit-len(after)))
+	na := min(len(after), limit-nb)
+	page.HasMoreBefore, page.HasMoreAfter = len(before) > nb, len(after) > na
+	page.HasMore = page.HasMoreBefore || page.HasMoreAfter
+	page.Messages = wireMessages(append(before[len(before)-nb:], after[:na]...))
+	return page, nil
 }
 
 // Recall recalls the caller's own message within the recall window: its content and extra

@@ -470,8 +470,9 @@ func (g *Gateway) history(r *http.Request, _ []byte, me chat.Identity) (int, any
 	return http.StatusOK, page, err
 }
 
-// historyQuery reads after_seq, before_seq and limit. before_seq, when given, must be at
-// least 1 (0 would select nothing, and chat reads 0 as "not given").
+// historyQuery reads after_seq, before_seq, around_ts and limit. before_seq and around_ts,
+// when given, must be at least 1 (0 would select nothing, and chat reads 0 as "not
+// given"); chat refuses around_ts with either of the others.
 func historyQuery(r *http.Request) (chat.HistoryQuery, error) {
 	q := r.URL.Query()
 	after, err := queryInt(q, "after_seq", 0, 0)
@@ -482,11 +483,15 @@ func historyQuery(r *http.Request) (chat.HistoryQuery, error) {
 	if err != nil {
 		return chat.HistoryQuery{}, err
 	}
+	around, err := queryInt(q, "around_ts", 0, 1)
+	if err != nil {
+		return chat.HistoryQuery{}, err
+	}
 	limit, err := queryInt(q, "limit", 0, 0)
 	if err != nil {
 		return chat.HistoryQuery{}, err
 	}
-	return chat.HistoryQuery{AfterSeq: after, BeforeSeq: before, Limit: int(min(limit, protocol.MaxPageLimit))}, nil
+	return chat.HistoryQuery{AfterSeq: after, BeforeSeq: before, AroundTS: around, Limit: int(min(limit, protocol.MaxPageLimit))}, nil
 }
 
 func (g *Gateway) recall(r *http.Request, body []byte, me chat.Identity) (int, any, error) {

@@ -384,6 +384,17 @@ func TestHTTPMessaging(t *testing.T) {
 	if len(page.Messages) != 2 || page.Messages[0].Seq != 1 {
 		t.Fatalf("page before 3: %+v", page)
 	}
+	code, out, _ = ts.do("GET", "/v1/conversations/"+c.ConvID+"/messages?limit=1", bob, nil)
+	if code != 200 || bytes.Contains(out, []byte("anchor_seq")) || bytes.Contains(out, []byte("has_more_")) {
+		t.Fatalf("a plain page carries a jump's fields: %d %s", code, out)
+	}
+	ts.must(200, "GET", "/v1/conversations/"+c.ConvID+"/messages?around_ts=1&limit=1", bob, nil, &page)
+	if len(page.Messages) != 1 || page.AnchorSeq != 1 || page.HasMoreBefore || !page.HasMoreAfter {
+		t.Fatalf("page around the start: %+v", page)
+	}
+	for _, q := range []string{"around_ts=0", "around_ts=-5", "around_ts=soon", "around_ts=1&after_seq=1", "around_ts=1&before_seq=2"} {
+		ts.wantError(400, "GET", "/v1/conversations/"+c.ConvID+"/messages?"+q, bob, nil)
+	}
 	ts.wantError(400, "GET", "/v1/conversations/"+c.ConvID+"/messages?limit=ten", bob, nil)
 	ts.wantError(400, "GET", "/v1/conversations/"+c.ConvID+"/messages?after_seq=-1", bob, nil)
 	ts.wantError(400, "GET", "/v1/conversations/bad.id/messages", bob, nil)
