@@ -261,8 +261,14 @@ func tusDo(hc *http.Client, method, url, token string, body io.Reader, h http.He
 
 // sendCarrying sends a file message carrying attachment id and returns its seq.
 func sendCarrying(hc *http.Client, base, token, convID, clientID, id string) (int64, error) {
-	body, _ := json.Marshal(map[string]any{"conv_id": convID, "client_msg_id": clientID, "content_type": 3,
+	return postMessage(hc, base, token, map[string]any{"conv_id": convID, "client_msg_id": clientID, "content_type": 3,
 		"content": map[string]any{"attachment_id": id, "name": clientID + ".bin"}})
+}
+
+// postMessage sends one message over HTTP, once, without the SDK's retries (which would
+// wait out a killed server), and returns its seq.
+func postMessage(hc *http.Client, base, token string, msg map[string]any) (int64, error) {
+	body, _ := json.Marshal(msg)
 	req, err := http.NewRequest("POST", base+"/v1/messages", bytes.NewReader(body))
 	if err != nil {
 		return 0, err

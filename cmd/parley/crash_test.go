@@ -139,11 +139,18 @@ type proc struct {
 // ends if it is still running.
 func startServe(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
+	return startServeEnv(t, dir, nil, args...)
+}
+
+// startServeEnv is startServe with the variables env (KEY=value) added to the process's
+// environment.
+func startServeEnv(t *testing.T, dir string, env []string, args ...string) *proc {
+	t.Helper()
 	bin := parleyBinary(t)
 	argv := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--log-level", "warn"}, args...)
 	p := &proc{t: t, stdout: newLineWriter(), stderr: newLineWriter(), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, argv...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout = p.stdout
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/server"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/tier"
 )
 
 // serveConfig is everything `parley serve` is configured with.
@@ -80,6 +81,9 @@ func serveFlags(c *serveConfig, stderr io.Writer) (fs *flag.FlagSet, sealBus *bo
 	sealBus = fs.Bool("bus-seal", true, "seal every bus message with the cluster key kept in the store (false only to measure its cost, or on a trusted network)")
 	fs.StringVar(&n.BlobStore, "blob-store", "", "where attachments' bytes are kept: empty for files under the data directory, file:///path, or s3://bucket[/prefix]?endpoint=https://host&region=... (keys from the AWS_* variables or &credentials_file=); required with --store postgres")
 	fs.StringVar(&n.UploadsDir, "uploads-dir", "", "where uploads in progress are kept (default: uploads under the data directory); nodes on one --store postgres resume one another's uploads only if they share it, else route each /v1/uploads/{id} to one node")
+	fs.DurationVar(&n.Tier.HotWindow, "hot-window", n.Tier.HotWindow, "how long messages stay in the hot store before they move to compressed segments in the blob store (0: every message stays hot); sync events and client_msg_id repeats are kept as long")
+	fs.DurationVar(&n.Tier.Interval, "tier-every", tier.DefaultInterval, "how often the job that moves old messages to the cold tier runs")
+	fs.Int64Var(&n.Tier.CacheBytes, "tier-cache", tier.DefaultCacheBytes, "bytes of decoded cold segments kept in memory")
 	fs.Int64Var(&n.Chat.MaxUploadSize, "max-upload-size", n.Chat.MaxUploadSize, "largest attachment, in bytes")
 	fs.Int64Var(&n.Chat.UploadQuota, "upload-quota", n.Chat.UploadQuota, "bytes one user may upload in 24 hours (at least --max-upload-size)")
 	fs.DurationVar(&n.Attach.IdleAfter, "upload-idle", 24*time.Hour, "how long an attachment that no message carries is kept (never sent, or every message carrying it recalled)")
@@ -133,6 +137,7 @@ var configFlags = map[string]string{
 	"PostgresBatchWait":   "postgres-batch-wait",
 	"Relaxed":             "relaxed-durability",
 	"BlobStore":           "blob-store",
+	"Tier":                "hot-window or --tier-cache",
 	"MaxUploadSize":       "max-upload-size",
 	"UploadQuota":         "upload-quota",
 	"BusURL":              "bus",
@@ -185,6 +190,10 @@ func flagTerms(err error) error {
 }
 
 // serve runs the server until ctx ends (SIGTERM, SIGINT), then drains it.
+// tierCrashEnv names the variable that makes the server kill itself at one step of sealing
+// a cold segment ("added", "stored" or "sealed": tier.StepAdded...), for the crash tests.
+const tierCrashEnv = "PARLEY_TEST_TIER_CRASH"
+
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseServe(args, getenv, stderr)
 	if err != nil {
@@ -203,6 +212,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("--dev-login: %s resolved to %s, which is not a loopback address", cfg.Addr, ln.Addr())
 	}
 	cfg.Node.Version = version
+	if step := getenv(tierCrashEnv); step != "" {
+		cfg.Node.Tier.Crash = func(s string) {
+			if s == step {
+				killSelf()
+			}
+		}
+	}
 	srv, err := server.New(ctx, cfg.Node)
 	if err != nil {
 		return flagTerms(err)

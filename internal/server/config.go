@@ -11,6 +11,7 @@ import (
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/gateway"
 	"github.com/parleychat/parley/internal/store"
+	"github.com/parleychat/parley/internal/tier"
 )
 
 // Config is a node's configuration.
@@ -60,6 +61,9 @@ type Config struct {
 	UploadsDir string
 	// Attach tunes attachments (signed URL expiry, the collector, thumbnails).
 	Attach attach.Config
+	// Tier is the cold tier of history: messages older than Tier.HotWindow move into
+	// segments in the blob store (0, the zero Config's, keeps every message hot).
+	Tier tier.Config
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
 	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
 	// which nodes sharing a store must share, and is not locked, so that they may share it.
@@ -68,7 +72,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults for a node storing in dataDir.
 func DefaultConfig(dataDir string) Config {
-	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig(), Push: DefaultPushConfig()}
+	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig(), Push: DefaultPushConfig(),
+		Tier: tier.Config{HotWindow: tier.DefaultHotWindow}}
 }
 
 // MinAdminSecret is the shortest AdminSecret accepted, in bytes: the secret is the whole of
@@ -111,6 +116,9 @@ func (c Config) Validate() error {
 	}
 	if postgres && c.BlobStore == "" {
 		bad("BlobStore", "is required with Engine postgres, so that every node sees every attachment: s3://bucket?endpoint=...&region=... (or file:///path on a file system every node mounts)")
+	}
+	if c.Tier.HotWindow < 0 || c.Tier.CacheBytes < 0 {
+		bad("Tier", "HotWindow and CacheBytes must not be negative (a HotWindow of 0 keeps every message hot)")
 	}
 	switch {
 	case c.Bus == nil && c.BusURL == "" && !c.BusAuth.IsZero():

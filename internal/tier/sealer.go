@@ -34,6 +34,9 @@ type Config struct {
 	MinMessages int
 	// Interval is the time between passes.
 	Interval time.Duration
+	// Crash, when set, is called at each step of a segment's sealing with the step's name
+	// (StepAdded, StepStored, StepSealed): the crash tests kill the process there.
+	Crash func(step string)
 }
 
 // Sealer moves messages older than the hot window into segments, one pass at a time.
@@ -44,12 +47,9 @@ type Sealer struct {
 	now   func() time.Time
 	log   *slog.Logger
 	obs   Observer
-	// Crash, when set, is called at each step of a segment's sealing, by name; a test
-	// makes it kill the process there.
-	Crash func(step string)
 }
 
-// Steps of sealing a segment, in order, as Crash names them.
+// Steps of sealing a segment, in order, as Config.Crash names them.
 const (
 	StepAdded  = "added"  // the index has the pending entry; no blob yet
 	StepStored = "stored" // the blob is durable; the messages are still hot
@@ -266,7 +266,7 @@ func (s *Sealer) seal(ctx context.Context, ms []store.Message, st *PassStats) er
 }
 
 func (s *Sealer) step(name string) {
-	if s.Crash != nil {
-		s.Crash(name)
+	if s.cfg.Crash != nil {
+		s.cfg.Crash(name)
 	}
 }
