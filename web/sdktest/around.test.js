@@ -151,3 +151,17 @@ test('the fake server refuses around_ts as the protocol does, and messagesAround
 
   await assert.rejects(c.messagesAround(CONV, 'yesterday'), { code: 400 });
 });
+
+test('backToNewest leaves a jump without filling the hole: the newest messages remain', async (t) => {
+  const { server, c } = await synced(t, 120);
+  await c.messagesAround(CONV, server.createdAt(40), 20);
+  assert.equal(c.hasNewer(CONV), true);
+  const before = server.historyQueries.length;
+  c.backToNewest(CONV);
+  assert.deepEqual(seqs(c), range(91, 120));
+  assert.equal(c.hasNewer(CONV), false);
+  assert.equal(c.hasOlder(CONV), true);
+  assert.equal(server.historyQueries.length, before, 'no request');
+  c.backToNewest(CONV); // nothing to leave: unchanged
+  assert.deepEqual(seqs(c), range(91, 120));
+});

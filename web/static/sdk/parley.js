@@ -469,6 +469,15 @@ export class ParleyClient extends EventTarget {
     return this.hasNewer(convId);
   }
 
+  /**
+   * Leaves a page jumped to without filling the hole: forgets the messages loaded below the
+   * newest hole, so the conversation holds its newest messages again (hasNewer is false).
+   */
+  backToNewest(convId) {
+    this.state.keepNewest(convId);
+    this._afterChange();
+  }
+
   /** One history page after `after`, merged into the state: GET ...?after_seq=. */
   async _pageAfter(convId, after, limit) {
     const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?after_seq=${after}&limit=${limit}`);

@@ -426,6 +426,19 @@ export class ChatState {
     this._resolveOutboxFromMessages();
   }
 
+  /**
+   * Forgets the messages below the newest hole (a page jumped to, and what was loaded around
+   * it): the newest messages remain, and loadOlder pages down from them again.
+   */
+  keepNewest(convId) {
+    const list = this.msgs.get(convId);
+    const i = list?.length ? runStart(list, list.length - 1) : 0;
+    if (i === 0) return;
+    list.splice(0, i);
+    this.older.delete(convId);
+    this.changed.add(convId);
+  }
+
   /** Read positions of every member, from a snapshot's read_positions (members only). */
   applyReadPositions(readPositions) {
     for (const [convId, positions] of Object.entries(readPositions ?? {})) {
