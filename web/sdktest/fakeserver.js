@@ -32,6 +32,8 @@ export class FakeServer {
     this.historyAfter = []; // after_seq of every group history request
     this.historyFail = []; // statuses the next history requests answer (429 says Retry-After: 2)
     this.historyPage = 0; // caps a history page when > 0
+    this.historyQueries = []; // query strings of the direct conversation's valid history requests
+    this.msgSpacing = 1; // ms between the created_at of consecutive messages
     this.attachments = new Map(); // id -> attachment metadata, as uploads would leave it
     this.urlRequests = []; // {id, body} of every POST /v1/attachments/{id}/urls
     this.fetch = this.fetch.bind(this);
@@ -98,7 +100,7 @@ export class FakeServer {
     const m = {
       conv_id: CONV, seq: this.msgs.length + 1, msg_id: `m_${this.msgs.length + 1}`, client_msg_id: req.client_msg_id,
       sender_id: sender, content_type: req.content_type, content: this.withAttachment(req), extra: req.extra ?? null,
-      created_at: 1700000000000 + this.msgs.length, recalled: false,
+      created_at: this.createdAt(this.msgs.length + 1), recalled: false,
     };
     this.msgs.push(m);
     this.positions[sender].read = m.seq;
@@ -107,6 +109,49 @@ export class FakeServer {
     this.byCmid.set(key, ack);
     this.emit('message', m);
     return ack;
+  }
+
+  /** The created_at of message seq of the direct conversation. */
+  createdAt(seq) { return 1700000000000 + (seq - 1) * this.msgSpacing; }
+
+  /**
+   * History of the direct conversation (section 6.3): after_seq, before_seq, around_ts and
+   * limit, validated as the server does, with the same 400s.
+   */
+  history(u) {
+    const bad = (error) => json(400, { code: 400, error: `invalid request: ${error}` });
+    const p = {};
+    for (const [k, lo] of [['after_seq', 0], ['before_seq', 1], ['around_ts', 1], ['limit', 0]]) {
+      const v = u.searchParams.get(k);
+      if (v === null || v === '') continue;
+      if (!/^-?\d+$/.test(v)) return bad(`query parameter ${k} must be an integer`);
+      if (Number(v) < lo) return bad(`query parameter ${k} must be at least ${lo}`);
+      p[k] = Number(v);
+    }
+    const after = p.after_seq ?? 0;
+    if (after > 0 && p.before_seq) return bad('give after_seq or before_seq, not both');
+    if (p.around_ts && (after > 0 || p.before_seq)) return bad('around_ts goes without after_seq and before_seq');
+    this.historyQueries.push(u.search);
+    const limit = Math.min(p.limit || 50, 200);
+    const all = this.msgs;
+    const page = (msgs, more) => ({ messages: msgs.map((m) => ({ ...m })), has_more: more });
+    if (p.around_ts) {
+      const from = all.filter((m) => m.created_at >= p.around_ts);
+      const older = all.filter((m) => m.created_at < p.around_ts);
+      const nb = Math.min(older.length, Math.max(Math.floor(limit / 2), limit - from.length));
+      const na = Math.min(from.length, limit - nb);
+      const out = page([...older.slice(older.length - nb), ...from.slice(0, na)], older.length > nb || from.length > na);
+      if (from.length) out.anchor_seq = from[0].seq;
+      if (older.length > nb) out.has_more_before = true;
+      if (from.length > na) out.has_more_after = true;
+      return json(200, out);
+    }
+    if (p.before_seq) {
+      const below = all.filter((m) => m.seq < p.before_seq);
+      return json(200, page(below.slice(-limit), below.length > limit));
+    }
+    const above = all.filter((m) => m.seq > after);
+    return json(200, page(above.slice(0, limit), above.length > limit));
   }
 
   /** The content to store: an attachment's gets the server's metadata, whatever the client put there. */
@@ -220,6 +265,8 @@ export class FakeServer {
         return ok(this.position('delivered', body.seq));
       case `GET /v1/conversations/${CONV}`:
         return ok(this.brief());
+      case `GET /v1/conversations/${CONV}/messages`:
+        return this.history(u);
       case `GET /v1/conversations/${GROUP}`:
         return ok(this.groupBrief());
       case `GET /v1/conversations/${GROUP}/messages`: {

@@ -36,6 +36,10 @@ let openConv = null;
 let openedAt = null; // conv_id the chat view was last set up for
 let renderQueued = false;
 let focusComposer = false; // the user opened a chat from the list: type right away
+// A jump to a date in the open chat: {convId, scrollTo} while the page jumped to is below a
+// hole in the loaded messages (the chat shows it and the messages up to the hole; "Load
+// later messages" fills the hole); scrollTo is the seq to bring into view once rendered.
+let jump = null;
 const drafts = new Map(); // conv_id -> unsent text in the message box
 const uploads = new Map(); // key -> {key, convId, name, sent, total, state, error, ctrl}: uploads in progress, failed or just done
 let uploadSeq = 0;
@@ -357,6 +361,9 @@ function renderChat() {
     openedAt = c.conv_id;
     $('chat-error').textContent = '';
     $('messages').replaceChildren();
+    jump = null;
+    $('jump-date').value = '';
+    $('jump-note').textContent = '';
     $('composer-input').value = drafts.get(c.conv_id) ?? '';
     autosize();
     onOpen(c.conv_id);
@@ -370,7 +377,12 @@ function renderChat() {
 
   const scroller = $('scroller');
   const atBottom = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 48;
-  const msgs = client.messages(c.conv_id);
+  // After a jump to a date: the page jumped to and what was loaded next to it, up to the
+  // hole below the newest messages; sends still pending belong after those, so not here.
+  const jumped = jump?.convId === c.conv_id ? jump : null;
+  const gap = jumped ? client.firstGap(c.conv_id) : null;
+  let msgs = client.messages(c.conv_id);
+  if (gap) msgs = msgs.filter((m) => !m.pending && m.seq < gap[0]);
   const items = [];
   let day = '';
   for (const m of msgs) {
@@ -385,10 +397,62 @@ function renderChat() {
   reconcile($('messages'), items);
   renderUploads();
   $('load-older').hidden = !client.hasOlder(c.conv_id);
+  $('later').hidden = !gap;
   const lastMine = msgs.length && msgs[msgs.length - 1].sender_id === session.userId;
-  if (first || atBottom || lastMine) scroller.scrollTop = scroller.scrollHeight;
+  if (jumped) {
+    // No following the bottom while jumped, nor in the render that filled the hole: the
+    // page just loaded stays where it is. Live behaviour from the next render on.
+    if (jumped.scrollTo) showAnchor(jumped.scrollTo);
+    jumped.scrollTo = 0;
+    if (!gap) jump = null;
+  } else if (first || atBottom || lastMine) scroller.scrollTop = scroller.scrollHeight;
   if (first && focusComposer) $('composer-input').focus();
   focusComposer = false;
+}
+
+/** Brings the message seq into view and highlights it for a moment. */
+function showAnchor(seq) {
+  const li = $('messages').querySelector(`li.msg[data-seq="${seq}"]`);
+  if (!li) return;
+  $('messages').dataset.anchor = String(seq); // for the browser tests
+  li.scrollIntoView({ block: 'center' });
+  li.classList.remove('anchor');
+  void li.offsetWidth; // restart the animation when the same message is the anchor again
+  li.classList.add('anchor');
+  li.addEventListener('animationend', () => li.classList.remove('anchor'), { once: true });
+}
+
+/** Jumps the open chat to a day of the date picker ("YYYY-MM-DD"): from its local midnight. */
+async function jumpToDate(value) {
+  const d = /^(\d{4})-(\d{2})-(\d{2})$/.exec(value);
+  const convId = openConv;
+  if (!d || !convId) return;
+  const day = new Date(Number(d[1]), Number(d[2]) - 1, Number(d[3]));
+  $('chat-error').textContent = '';
+  $('jump-note').textContent = '';
+  try {
+    const page = await client.messagesAround(convId, day, 50);
+    if (openConv !== convId) return;
+    const latest = page.messages.length ? page.messages[page.messages.length - 1].seq : 0;
+    jump = { convId, scrollTo: page.anchor_seq || latest };
+    if (!page.anchor_seq) {
+      const label = day.toLocaleDateString(undefined, { day: 'numeric', month: 'long', year: 'numeric' });
+      $('jump-note').textContent = page.messages.length ? `No messages from ${label} on: these are the latest.` : 'No messages yet.';
+    }
+    render();
+  } catch (e) {
+    $('chat-error').textContent = `Could not jump to that date: ${e.message}`;
+  }
+}
+
+/** Leaves a jump for the newest messages (the composer's send does too). */
+function backToLatest() {
+  if (!jump || !openConv) return;
+  jump = null;
+  $('jump-note').textContent = '';
+  client.backToNewest(openConv);
+  render();
+  $('scroller').scrollTop = $('scroller').scrollHeight;
 }
 
 function messageItem(c, m) {
@@ -635,6 +699,16 @@ function bindApp() {
     }
   });
 
+  $('load-newer').addEventListener('click', async () => {
+    try {
+      await client.loadNewer(openConv);
+    } catch (e) {
+      $('chat-error').textContent = `Could not load messages: ${e.message}`;
+    }
+  });
+  $('to-latest').addEventListener('click', backToLatest);
+  $('jump-date').addEventListener('change', (e) => jumpToDate(e.target.value));
+
   const list = $('conv-list');
   list.addEventListener('click', (e) => {
     const b = e.target.closest('button.conv');
@@ -711,6 +785,7 @@ function bindApp() {
     e.preventDefault();
     const text = input.value.trim();
     if (!text || !openConv) return;
+    backToLatest(); // a message sent goes below the newest ones: show them
     client.send(openConv, text);
     drafts.delete(openConv);
     input.value = '';

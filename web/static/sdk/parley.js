@@ -235,6 +235,10 @@ export class ParleyClient extends EventTarget {
   memberList(convId) { return this.state.memberList(convId); }
   msgState(msg) { return this.state.msgState(msg); }
   hasOlder(convId) { return this.state.hasOlder(convId); }
+  /** True while loaded messages stop short of the newest ones (after messagesAround): loadNewer fills the hole. */
+  hasNewer(convId) { return this.state.firstGap(convId) !== null; }
+  /** That hole, [from, to] in seqs, or null: the page shows the messages below `from`. */
+  firstGap(convId) { return this.state.firstGap(convId); }
   /**
    * Cached receipts of (convId, seq), or null: pushed by the server for the user's own
    * messages in groups as they change (section 9.5), or fetched by refreshReceipts.
@@ -420,14 +424,65 @@ export class ParleyClient extends EventTarget {
     for (const [from, to] of this.state.gaps(convId)) {
       let after = from - 1;
       while (after < to) {
-        const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?after_seq=${after}&limit=200`);
+        const r = await this._pageAfter(convId, after, 200);
         if (!r.messages.length) break;
-        this.state.addHistory(convId, r.messages);
         after = r.messages[r.messages.length - 1].seq;
         if (!r.has_more) break;
       }
     }
     this._afterChange();
+  }
+
+  /**
+   * Jumps to a date (section 6.3, "Jump to a date"): fetches the page of up to `limit`
+   * messages around the first visible one created at or after `ts` (a Date or Unix ms) and
+   * merges it like history. Messages loaded below it that a hole separates from it are
+   * dropped, so loadOlder pages down from the page; loadNewer fills the hole above it, up
+   * to the newest messages (hasNewer says whether one is left). Resolves with
+   * {messages, anchor_seq, has_more_before, has_more_after}: anchor_seq is 0 when every
+   * visible message is older than ts (the page is then the newest ones).
+   */
+  async messagesAround(convId, ts, limit = 50) {
+    const ms = Math.max(1, Math.floor(ts instanceof Date ? ts.getTime() : Number(ts)));
+    if (!Number.isFinite(ms)) throw new ParleyError(400, 'messagesAround: ts must be a Date or Unix milliseconds');
+    const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?around_ts=${ms}&limit=${limit}`);
+    const page = {
+      messages: r.messages ?? [], anchor_seq: r.anchor_seq ?? 0,
+      has_more_before: !!r.has_more_before, has_more_after: !!r.has_more_after,
+    };
+    this.state.addAround(convId, page);
+    this._afterChange();
+    return page;
+  }
+
+  /**
+   * Loads the next page of later messages above the page jumped to (messagesAround): up to
+   * `limit` from the start of the first hole. Resolves with hasNewer: false once the hole
+   * up to the newest messages is filled.
+   */
+  async loadNewer(convId, limit = 50) {
+    const gap = this.state.firstGap(convId);
+    if (gap) {
+      await this._pageAfter(convId, gap[0] - 1, limit);
+      this._afterChange();
+    }
+    return this.hasNewer(convId);
+  }
+
+  /**
+   * Leaves a page jumped to without filling the hole: forgets the messages loaded below the
+   * newest hole, so the conversation holds its newest messages again (hasNewer is false).
+   */
+  backToNewest(convId) {
+    this.state.keepNewest(convId);
+    this._afterChange();
+  }
+
+  /** One history page after `after`, merged into the state: GET ...?after_seq=. */
+  async _pageAfter(convId, after, limit) {
+    const r = await this._http('GET', `/v1/conversations/${encodeURIComponent(convId)}/messages?after_seq=${after}&limit=${limit}`);
+    this.state.addHistory(convId, r.messages);
+    return r;
   }
 
   /** Fetches receipts (section 7.2) for the given seqs of a conversation. */

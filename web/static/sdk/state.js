@@ -274,6 +274,15 @@ export class ChatState {
     return missingRanges(list.map((m) => m.seq), list[0].seq, c.max_seq);
   }
 
+  /**
+   * The first hole above the oldest loaded message, [from, to], or null when the loaded
+   * messages reach max_seq without one: after a jump to a date (addAround), the messages
+   * between the page jumped to and the newest ones, which loadNewer fetches.
+   */
+  firstGap(convId) {
+    return this.gaps(convId)[0] ?? null;
+  }
+
   /** False once the server said no older visible messages exist. */
   hasOlder(convId) {
     const list = this.msgs.get(convId) ?? [];
@@ -393,6 +402,41 @@ export class ChatState {
     if (before && !hasMore) this.older.set(convId, false);
     this.changed.add(convId);
     this._resolveOutboxFromMessages();
+  }
+
+  /**
+   * Adds the page of a jump to a date (section 6.3, around_ts): its messages, and what it
+   * says of older ones. Loaded messages below the page that a hole separates from it are
+   * dropped (the server still has them), so that the page starts the loaded messages:
+   * loadOlder pages down from it, and the hole above it, up to the newest messages, is
+   * firstGap's, which loadNewer fills.
+   */
+  addAround(convId, page) {
+    const messages = page.messages ?? [];
+    for (const m of messages) this._putMessage(m);
+    this.changed.add(convId);
+    if (!messages.length) return;
+    const list = this.msgs.get(convId) ?? [];
+    const i = runStart(list, list.findIndex((m) => m.seq === messages[0].seq));
+    if (i > 0) list.splice(0, i);
+    if (list[0].seq === messages[0].seq) {
+      if (page.has_more_before) this.older.delete(convId);
+      else this.older.set(convId, false);
+    }
+    this._resolveOutboxFromMessages();
+  }
+
+  /**
+   * Forgets the messages below the newest hole (a page jumped to, and what was loaded around
+   * it): the newest messages remain, and loadOlder pages down from them again.
+   */
+  keepNewest(convId) {
+    const list = this.msgs.get(convId);
+    const i = list?.length ? runStart(list, list.length - 1) : 0;
+    if (i === 0) return;
+    list.splice(0, i);
+    this.older.delete(convId);
+    this.changed.add(convId);
   }
 
   /** Read positions of every member, from a snapshot's read_positions (members only). */
@@ -608,11 +652,14 @@ export class ChatState {
 
   toJSON() {
     const msgs = {};
-    for (const [convId, list] of this.msgs) msgs[convId] = list.slice(-SAVED_MESSAGES);
+    // The newest messages without a hole among them: a page jumped to, far below the newest,
+    // is not kept (a reload would otherwise fetch everything between them).
+    for (const [convId, list] of this.msgs) msgs[convId] = newestRun(list).slice(-SAVED_MESSAGES);
     const readers = {};
     for (const [convId, m] of this.readers) readers[convId] = Object.fromEntries(m);
     const older = {};
-    for (const [convId, v] of this.older) if (v === false) older[convId] = false;
+    // "Nothing older" is about the oldest message held: kept only while it is saved too.
+    for (const [convId, v] of this.older) if (v === false && (this.msgs.get(convId)?.[0]?.seq ?? 0) === (msgs[convId]?.[0]?.seq ?? 0)) older[convId] = false;
     return {
       v: STATE_VERSION, me: this.me, cursor: this.cursor, mark: this.mark, synced: this.synced,
       convs: [...this.convs.values()], msgs, readers, older,
@@ -787,6 +834,18 @@ export class ChatState {
       if (m) this._resolveOutbox(m);
     }
   }
+}
+
+/** Where the run of list[i] starts: the index of the lowest message with no hole up to it. */
+function runStart(list, i) {
+  while (i > 0 && list[i - 1].seq === list[i].seq - 1) i--;
+  return Math.max(i, 0);
+}
+
+/** The tail of a list ascending by seq that has no hole in its seqs. */
+function newestRun(list) {
+  const i = runStart(list, list.length - 1);
+  return i > 0 ? list.slice(i) : list;
 }
 
 function pickLast(a, b, clearedSeq = 0) {
