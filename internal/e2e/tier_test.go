@@ -174,3 +174,72 @@ func testColdHistory(t *testing.T, engine func(*server.Config)) {
 		check(t)
 	})
 }
+
+// counter returns the value of a counter (summed over its labels) in one node's metrics.
+func counter(t testing.TB, s *parleytest.Server, name string) float64 {
+	t.Helper()
+	families, err := s.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestSealerRunsOnOneNode lets every node's sealer run on its own schedule: the old messages
+// are sealed exactly once, and on several nodes only one of them ever makes a pass.
+func TestSealerRunsOnOneNode(t *testing.T) {
+	clk := &clock{}
+	n := start(t, withClock(clk), tierConfig, func(c *server.Config) { c.Tier.Interval = 20 * time.Millisecond })
+	alice := n.user(t, "alice")
+	n.user(t, "bob")
+	direct := n.direct(t, alice, "bob")["conv_id"].(string)
+	for i := 1; i <= 10; i++ {
+		n.send(t, alice, direct, fmt.Sprintf("d%d", i))
+	}
+	before := fullHistory(t, n, alice, direct)
+	clk.advance(8 * 24 * time.Hour)
+	n.send(t, alice, direct, "new")
+	nodes := n.Nodes
+	if nodes == nil {
+		nodes = []*parleytest.Server{n.Server}
+	}
+	sealed := func() float64 {
+		sum := 0.0
+		for _, s := range nodes {
+			sum += counter(t, s, "parley_tier_sealed_messages_total")
+		}
+		return sum
+	}
+	eventually(t, "the ten old messages sealed", func() bool { return sealed() >= 10 })
+	// Two more passes of the leader, to give any other node the time to make one.
+	var leader *parleytest.Server
+	for _, s := range nodes {
+		if counter(t, s, "parley_tier_passes_total") > 0 {
+			if leader != nil {
+				t.Fatal("two nodes made tiering passes")
+			}
+			leader = s
+		}
+	}
+	done := counter(t, leader, "parley_tier_passes_total")
+	eventually(t, "two more passes", func() bool { return counter(t, leader, "parley_tier_passes_total") >= done+2 })
+	for _, s := range nodes {
+		if s != leader && counter(t, s, "parley_tier_passes_total") > 0 {
+			t.Fatal("a second node made a tiering pass")
+		}
+	}
+	if got := sealed(); got != 10 {
+		t.Errorf("%v messages sealed, want the 10 old ones once", got)
+	}
+	if got := fullHistory(t, n, alice, direct); !reflect.DeepEqual(got[:10], before) || len(got) != 11 {
+		t.Errorf("history after tiering: %s", show(got))
+	}
+}
