@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -65,6 +66,14 @@ func testColdHistory(t *testing.T, engine func(*server.Config)) {
 		n.send(t, from, direct, fmt.Sprintf("d%d", i))
 		n.send(t, from, group, fmt.Sprintf("g%d", i))
 	}
+	// A file in a conversation of its own: its message goes cold, the text after it stays hot.
+	files := n.group(t, alice, "files", false, "bob")["conv_id"].(string)
+	file := randomBytes(70_000, 9)
+	fileID := n.upload(t, alice, file)["id"].(string)
+	if r := n.sendAttachment(t, alice, files, "f1", 3, fileID, map[string]any{"name": "notes.bin"}); r.status != 200 {
+		t.Fatalf("send the file: %d %s", r.status, r.raw)
+	}
+	n.send(t, alice, files, "after-the-file")
 	n.ok(t, "POST", "/v1/messages/recall", alice, map[string]any{"conv_id": direct, "seq": 5})
 	n.ok(t, "POST", "/v1/conversations/"+group+"/read", carol, map[string]any{"seq": 12})
 	n.ok(t, "POST", "/v1/conversations/"+direct+"/read", bob, map[string]any{"seq": 9})
@@ -90,8 +99,8 @@ func testColdHistory(t *testing.T, engine func(*server.Config)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Messages != 40 || st.Segments != 6 || st.Conflicts != 0 {
-		t.Fatalf("pass %+v: want the 20 old messages of each conversation sealed, 8 to a segment (6 segments)", st)
+	if st.Messages != 41 || st.Segments != 7 || st.Conflicts != 0 {
+		t.Fatalf("pass %+v: want the 20 old messages of each conversation sealed, 8 to a segment (6 segments), and the file's message", st)
 	}
 	if st.Bytes <= 0 || st.RawBytes <= st.Bytes {
 		t.Errorf("pass %+v: want segments smaller than their raw encoding", st)
@@ -157,6 +166,15 @@ func testColdHistory(t *testing.T, engine func(*server.Config)) {
 			}
 		}
 		before["alice direct"][2], before["bob direct"][2] = fullHistory(t, n, alice, direct)[2], fullHistory(t, n, bob, direct)[2]
+	})
+
+	t.Run("a cold message's attachment", func(t *testing.T) {
+		if got := n.download(t, bob, fileID, "content", 200, nil); !bytes.Equal(got.raw, file) {
+			t.Fatal("bob's download of the file a cold message carries differs")
+		}
+		n.ok(t, "POST", "/v1/messages/recall", alice, map[string]any{"conv_id": files, "seq": 1})
+		n.fail(t, 404, "GET", "/v1/attachments/"+fileID, bob, nil) // no message left that bob can see carries it
+		n.ok(t, "GET", "/v1/attachments/"+fileID, alice, nil)      // the uploader still sees it
 	})
 
 	t.Run("a second pass seals nothing", func(t *testing.T) {
