@@ -86,8 +86,10 @@ func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.S
 	size := briefOverhead + messageBytes(b.LastMessage) + len(members)*protocol.MaxIDLen
 	msgs := []protocol.Message{}
 	if recent > 0 && c.MaxSeq > visibleFrom(m.Member) {
+		// Only the hot ones: a conversation quiet for longer than the hot window shows its
+		// newest message, and the client reads further back as history.
 		r := store.MessageRange{Floor: visibleFrom(m.Member), BeforeSeq: c.MaxSeq + 1, Limit: recent}
-		ms, err := tx.Messages(ctx, c.ID, r)
+		ms, err := store.HotOnly(tx).Messages(ctx, c.ID, r)
 		if err != nil {
 			return 0, err
 		}

@@ -106,6 +106,17 @@ func testColdHistory(t *testing.T, engine func(*server.Config)) {
 		t.Errorf("pass %+v: want segments smaller than their raw encoding", st)
 	}
 
+	t.Run("snapshots read no cold message", func(t *testing.T) {
+		snap := n.ok(t, "GET", "/v1/sync/snapshot?recent=20", bob, nil)
+		msgs := obj(t, snap["messages"])
+		if got := fmt.Sprint(seqs(arr(t, msgs[direct]))); got != "[21 22 23]" {
+			t.Errorf("snapshot's recent messages of the direct conversation: %s, want only the hot 21-23", got)
+		}
+		if got := fmt.Sprint(seqs(arr(t, msgs[files]))); got != "[2]" {
+			t.Errorf("snapshot's recent messages of the files group: %s, want its newest, 2", got)
+		}
+	})
+
 	check := func(t *testing.T) {
 		for _, r := range readers {
 			got := fullHistory(t, n, r.token, r.conv)

@@ -124,3 +124,19 @@ func SearchMessageAt(ctx context.Context, r interface {
 	}
 	return hi, nil
 }
+
+// HotTx is implemented by a ReadTx that also reads the cold tier (the tier package's
+// wrapper): Hot returns the engine's own transaction, whose reads never leave the hot store.
+type HotTx interface {
+	Hot() ReadTx
+}
+
+// HotOnly returns the reads of tx that stay in the hot store: tx itself unless it also
+// reads the cold tier. Snapshots use it, so that a client's start costs the same however
+// old its conversations are.
+func HotOnly(tx ReadTx) ReadTx {
+	if h, ok := tx.(HotTx); ok {
+		return h.Hot()
+	}
+	return tx
+}

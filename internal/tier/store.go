@@ -53,6 +53,9 @@ type readTx struct {
 	c *cache
 }
 
+// Hot returns the engine's transaction, without cold reads (store.HotOnly).
+func (t readTx) Hot() store.ReadTx { return t.ReadTx }
+
 func (t readTx) Message(ctx context.Context, convID string, seq int64) (store.Message, error) {
 	return t.c.message(ctx, t.ReadTx, convID, seq)
 }
@@ -69,6 +72,9 @@ type writeTx struct {
 	store.Tx
 	c *cache
 }
+
+// Hot returns the engine's transaction, without cold reads (store.HotOnly).
+func (t writeTx) Hot() store.ReadTx { return t.Tx }
 
 func (t writeTx) Message(ctx context.Context, convID string, seq int64) (store.Message, error) {
 	return t.c.message(ctx, t.Tx, convID, seq)
