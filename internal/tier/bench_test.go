@@ -270,10 +270,12 @@ func copyTree(src, dst string) error {
 	})
 }
 
-func dirBytes(dir string) int64 {
+// dirBytes is the size of the files in dir, or of its sstables only when sst is set: the
+// rest are mostly write-ahead logs, which Pebble recycles at the size of the largest.
+func dirBytes(dir string, sst ...bool) int64 {
 	n := int64(0)
-	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && (len(sst) == 0 || strings.HasSuffix(p, ".sst")) {
 			n += fi.Size()
 		}
 		return nil
@@ -305,7 +307,7 @@ func (f *fixture) need(b *testing.B, convs, perConv int) {
 func BenchmarkTierPass(b *testing.B) {
 	manyFixture.need(b, benchConvs, benchPerConv)
 	pebbleDir := func(r *run) string { return filepath.Join(r.dir, pebble.DirName) }
-	var rate, cpu, ratio, hot, allHot, after float64
+	var rate, cpu, ratio, hot, hotSST, allHot, after float64
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -313,7 +315,7 @@ func BenchmarkTierPass(b *testing.B) {
 		// phase=pass), the store's writer and compactions included: they start in open.
 		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("phase", "pass")))
 		r := manyFixture.open(b)
-		before := dirBytes(pebbleDir(r))
+		before, beforeSST := dirBytes(pebbleDir(r)), dirBytes(pebbleDir(r), true)
 		s := tier.NewSealer(r.st, r.blobs, tier.Config{HotWindow: tier.DefaultHotWindow}, benchNow, nil, nil)
 		c0, t0 := cpuTime(), time.Now()
 		b.StartTimer()
@@ -331,11 +333,20 @@ func BenchmarkTierPass(b *testing.B) {
 		if r.st, err2 = pebble.Open(context.Background(), pebble.Options{Dir: r.dir}); err2 != nil {
 			b.Fatal(err2)
 		}
-		size := dirBytes(pebbleDir(r))
+		size, sizeSST := dirBytes(pebbleDir(r)), dirBytes(pebbleDir(r), true)
+		if os.Getenv("TIERBENCH_FILES") != "" {
+			filepath.Walk(pebbleDir(r), func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() && fi.Size() > 1<<20 {
+					b.Logf("%s %d", filepath.Base(p), fi.Size())
+				}
+				return nil
+			})
+		}
 		rate = float64(ps.Messages) / d.Seconds()
 		cpu = float64(c.Microseconds()) / float64(ps.Messages)
 		ratio = float64(ps.RawBytes) / float64(ps.Bytes)
 		hot = float64(size) / float64(before)
+		hotSST = float64(sizeSST) / float64(beforeSST)
 		allHot, after = float64(before)/1e6, float64(size)/1e6
 		r.close()
 		pprof.SetGoroutineLabels(context.Background())
@@ -344,6 +355,7 @@ func BenchmarkTierPass(b *testing.B) {
 	b.ReportMetric(cpu, "cpu-µs/msg")
 	b.ReportMetric(ratio, "raw/stored")
 	b.ReportMetric(hot, "hot/all-hot")
+	b.ReportMetric(hotSST, "sst-hot/all-hot")
 	b.ReportMetric(allHot, "all-hot-MB")
 	b.ReportMetric(after, "hot-MB")
 	b.ReportMetric(manyFixture.setupS, "setup-s")
