@@ -513,9 +513,16 @@ func BenchmarkJumpToDateCold(b *testing.B) {
 
 // BenchmarkSendDuringPass measures the direct-send rate of 64 senders through
 // chat.Service into the fixture's conversations for a few seconds alone, then while a
-// tiering pass runs (figure e), and reports both and their ratio. -benchtime 1x.
+// tiering pass runs (figure e), and reports both and their ratio, with the pass unpaced
+// and paced (Config.Rate). -benchtime 1x.
 func BenchmarkSendDuringPass(b *testing.B) {
 	manyFixture.need(b, benchConvs, benchPerConv)
+	for _, rate := range []int{0, 20_000} {
+		b.Run(fmt.Sprintf("Rate=%d", rate), func(b *testing.B) { sendDuringPass(b, rate) })
+	}
+}
+
+func sendDuringPass(b *testing.B, rate int) {
 	const window = 8 * time.Second
 	var alone, during, passRate float64
 	b.ResetTimer()
@@ -553,7 +560,7 @@ func BenchmarkSendDuringPass(b *testing.B) {
 		if alone, err = send(timer(window)); err != nil {
 			b.Fatal(err)
 		}
-		s := tier.NewSealer(r.st, r.blobs, tier.Config{HotWindow: tier.DefaultHotWindow}, benchNow, nil, nil)
+		s := tier.NewSealer(r.st, r.blobs, tier.Config{HotWindow: tier.DefaultHotWindow, Rate: rate}, benchNow, nil, nil)
 		stop := make(chan struct{})
 		var ps tier.PassStats
 		var passErr error

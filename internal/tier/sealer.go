@@ -40,6 +40,10 @@ type Config struct {
 	// on three fsyncs (the pending entry, the blob, the seal); conversations sealed side
 	// by side share the store's group commits and overlap their encoding with the waits.
 	Parallel int
+	// Rate, when positive, caps the messages a pass seals per second, so that on a busy
+	// machine tiering takes a known share of the CPU (about Rate times its cost per
+	// message, BenchmarkTierPass's cpu-µs/msg) and the sends keep the rest. 0: no cap.
+	Rate int
 	// Crash, when set, is called at each step of a segment's sealing with the step's name
 	// (StepAdded, StepStored, StepSealed): the crash tests kill the process there.
 	Crash func(step string)
@@ -53,6 +57,9 @@ type Sealer struct {
 	now   func() time.Time
 	log   *slog.Logger
 	obs   Observer
+
+	paceMu   sync.Mutex
+	paceNext time.Time // when the next segment may start, under Config.Rate
 }
 
 // Steps of sealing a segment, in order, as Config.Crash names them.
@@ -265,12 +272,42 @@ func (s *Sealer) sealConversation(ctx context.Context, convID string, cutoff int
 		if len(ms) == 0 || len(ms) < s.cfg.MinMessages && ms[0].CreatedAt >= cutoff-day {
 			return nil
 		}
+		if err := s.pace(ctx, len(ms)); err != nil {
+			return err
+		}
 		if err := s.seal(ctx, ms, st); err != nil {
 			return err
 		}
 		if len(ms) < s.cfg.SegmentMessages {
 			return nil
 		}
+	}
+}
+
+// pace waits until a segment of n messages keeps the pass within Config.Rate, by the real
+// clock (not now, which tests stop): each segment reserves n/Rate seconds after the last.
+func (s *Sealer) pace(ctx context.Context, n int) error {
+	if s.cfg.Rate <= 0 {
+		return nil
+	}
+	s.paceMu.Lock()
+	now := time.Now()
+	if s.paceNext.Before(now) {
+		s.paceNext = now
+	}
+	wait := s.paceNext.Sub(now)
+	s.paceNext = s.paceNext.Add(time.Duration(n) * time.Second / time.Duration(s.cfg.Rate))
+	s.paceMu.Unlock()
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
