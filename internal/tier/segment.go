@@ -59,9 +59,11 @@ type record struct {
 var errCorrupt = errors.New("tier: segment does not match its index entry")
 
 // One encoder and one decoder serve every segment: both are safe for concurrent use through
-// EncodeAll and DecodeAll, and building one costs far more than a segment.
+// EncodeAll and DecodeAll, and building one costs far more than a segment. The encoder's
+// level is zstd's fastest: on chat text it costs 40% of the default's CPU for 8% larger
+// segments (BenchmarkEncode), and tiering's CPU is taken from the sends beside it.
 var (
-	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderCRC(true))
+	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderCRC(true))
 	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(1<<30))
 )
 
