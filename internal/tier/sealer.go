@@ -255,6 +255,9 @@ func (s *Sealer) sealConversation(ctx context.Context, convID string, cutoff int
 			if err != nil {
 				return err
 			}
+			if ok, err := s.due(ctx, tx, c, cutoff); !ok || err != nil {
+				return err
+			}
 			ms, err = tx.Messages(ctx, convID, store.MessageRange{Limit: s.cfg.SegmentMessages})
 			n := 0
 			for n < len(ms) && ms[n].CreatedAt < cutoff && ms[n].Seq < c.MaxSeq {
@@ -282,6 +285,30 @@ func (s *Sealer) sealConversation(ctx context.Context, convID string, cutoff int
 			return nil
 		}
 	}
+}
+
+// due reports whether conversation c has a segment's worth of messages to seal, with two
+// point reads rather than a segment's worth of rows: a pass visits every conversation, and
+// most have nothing to seal. It mirrors sealConversation's rule: the oldest hot message is
+// past the cutoff and not the newest, and either it has been past it for a day or the
+// MinMessages-th hot message is past it too.
+func (s *Sealer) due(ctx context.Context, tx store.ReadTx, c store.Conversation, cutoff int64) (bool, error) {
+	first, err := tx.Messages(ctx, c.ID, store.MessageRange{Limit: 1})
+	if err != nil || len(first) == 0 || first[0].CreatedAt >= cutoff || first[0].Seq >= c.MaxSeq {
+		return false, err
+	}
+	if first[0].CreatedAt < cutoff-int64(24*time.Hour/time.Millisecond) {
+		return true, nil
+	}
+	seq := first[0].Seq + int64(s.cfg.MinMessages) - 1
+	if seq >= c.MaxSeq {
+		return false, nil
+	}
+	m, err := tx.Message(ctx, c.ID, seq)
+	if err != nil {
+		return false, err
+	}
+	return m.CreatedAt < cutoff, nil
 }
 
 // pace waits until a segment of n messages keeps the pass within Config.Rate, by the real
