@@ -16,7 +16,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultHotWindow       = 7 * 24 * time.Hour // the flag's default; Config's zero keeps everything hot
-	DefaultSegmentMessages = 4096
+	DefaultSegmentMessages = 1024
 	DefaultMinMessages     = 256
 	DefaultInterval        = 10 * time.Minute
 	DefaultParallel        = 4
