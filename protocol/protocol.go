@@ -191,6 +191,11 @@ type MessagesPage struct {
 	AnchorSeq     int64     `json:"anchor_seq,omitempty"`
 	HasMoreBefore bool      `json:"has_more_before,omitempty"`
 	HasMoreAfter  bool      `json:"has_more_after,omitempty"`
+	// ExpiredBeforeSeq is set on a page that reaches down to messages the retention
+	// deleted: every message below it that the member could have seen is gone, and it is
+	// the lowest seq still kept (max_seq+1 when none is). Omitted when nothing the member
+	// could see has expired, or the page does not reach that far (docs/protocol.md).
+	ExpiredBeforeSeq int64 `json:"expired_before_seq,omitempty"`
 }
 
 // ConversationList answers GET /v1/conversations: one page, most recently active first.

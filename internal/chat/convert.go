@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/parleychat/parley/internal/live"
@@ -101,11 +102,14 @@ func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.M
 	}
 	if c.MaxSeq > vf {
 		last, err := tx.Message(ctx, c.ID, c.MaxSeq)
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound): // expired (retention): no last message to show
+		case err != nil:
 			return b, fmt.Errorf("last message of %s: %w", c.ID, err)
+		default:
+			w := live.WireMessage(last)
+			b.LastMessage = &w
 		}
-		w := live.WireMessage(last)
-		b.LastMessage = &w
 	}
 	if c.Type == protocol.TypeDirect {
 		if members == nil {

@@ -258,7 +258,9 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 		if c.ReadFanout() {
 			// A large group's newest messages, which all its online members pull after a
 			// message, come from memory.
-			if ms, more, ok := s.recent.Page(convID, c.MaxSeq, visibleFrom(m), q.AfterSeq, q.BeforeSeq, q.Limit); ok {
+			// Unless the oldest of them has expired: the store's read leaves it out.
+			ms, more, ok := s.recent.Page(convID, c.MaxSeq, visibleFrom(m), q.AfterSeq, q.BeforeSeq, q.Limit)
+			if ok && (len(ms) == 0 || ms[0].CreatedAt >= store.RetentionCutoff(s.retention, s.now())) {
 				page.Messages, page.HasMore = wireMessages(ms), more
 				return nil
 			}
@@ -273,6 +275,17 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 				ms = ms[1:] // the extra one is the oldest
 			} else {
 				ms = ms[:q.Limit]
+			}
+		}
+		// A page from after_seq (or from the start) begins at the lowest seq above it; one
+		// below before_seq reaches down only when there is no more.
+		top := c.MaxSeq
+		if q.BeforeSeq > 0 {
+			top = min(top, q.BeforeSeq-1)
+		}
+		if q.BeforeSeq == 0 || !page.HasMore {
+			if page.ExpiredBeforeSeq, err = expiredBefore(ctx, tx, c, max(r.Floor, q.AfterSeq), top, ms); err != nil {
+				return err
 			}
 		}
 		if c.ReadFanout() && len(ms) > 0 && ms[len(ms)-1].Seq == c.MaxSeq {
@@ -323,7 +336,41 @@ func around(ctx context.Context, tx store.ReadTx, c store.Conversation, floor, t
 	page.HasMoreBefore, page.HasMoreAfter = len(before) > nb, len(after) > na
 	page.HasMore = page.HasMoreBefore || page.HasMoreAfter
 	page.Messages = wireMessages(append(before[len(before)-nb:], after[:na]...))
+	if !page.HasMoreBefore {
+		shown := append(before[len(before)-nb:len(before):len(before)], after[:na]...)
+		if page.ExpiredBeforeSeq, err = expiredBefore(ctx, tx, c, floor, c.MaxSeq, shown); err != nil {
+			return protocol.MessagesPage{}, err
+		}
+	}
 	return page, nil
+}
+
+// expiredBefore is a page's expired_before_seq, for a page that reaches down to the
+// lowest message the member may see above low (their floor, or after_seq): ms, ascending,
+// the messages it shows of low+1..top. Nothing but retention takes messages away, and
+// what it takes is a prefix of the conversation (store.RetentionCutoff), so a page that
+// starts above low+1, or is empty though top is above low, has reached the expired
+// messages: the answer is the lowest seq still kept (MaxSeq+1 when none is), which the
+// store's MessageAt finds from the cutoff on; 0, omitted, when nothing the member could
+// see has expired.
+func expiredBefore(ctx context.Context, tx store.ReadTx, c store.Conversation, low, top int64, ms []store.Message) (int64, error) {
+	if len(ms) > 0 {
+		if ms[0].Seq > low+1 {
+			return ms[0].Seq, nil
+		}
+		return 0, nil
+	}
+	if top <= low {
+		return 0, nil
+	}
+	first, err := tx.MessageAt(ctx, c.ID, 0) // from the retention's cutoff on: the first kept
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return c.MaxSeq + 1, nil
+	case err != nil:
+		return 0, err
+	}
+	return first, nil
 }
 
 // Recall recalls the caller's own message within the recall window: its content and extra

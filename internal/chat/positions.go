@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 
 	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
@@ -158,6 +159,9 @@ func (s *Service) Receipts(ctx context.Context, me Identity, convID string, seq 
 			return errNoMessage
 		}
 		msg, err := tx.Message(ctx, convID, seq)
+		if errors.Is(err, store.ErrNotFound) {
+			return errNoMessage // expired (retention)
+		}
 		if err != nil {
 			return err
 		}

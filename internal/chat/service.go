@@ -86,14 +86,15 @@ type Identity struct {
 
 // Service implements every chat operation. It is safe for concurrent use.
 type Service struct {
-	st     store.Store
-	hub    *hub.Hub
-	signer *auth.Signer
-	dirKey []byte // key of directID
-	cfg    Config
-	now    func() time.Time
-	log    *slog.Logger
-	obs    Observer
+	st        store.Store
+	retention time.Duration // Options.Retention
+	hub       *hub.Hub
+	signer    *auth.Signer
+	dirKey    []byte // key of directID
+	cfg       Config
+	now       func() time.Time
+	log       *slog.Logger
+	obs       Observer
 
 	gens      sync.Map            // user id -> int64 token generation, cached after first use
 	counts    *live.ReadCounts    // members' positions of groups whose receipts were asked for
@@ -153,12 +154,16 @@ type Options struct {
 	// default) is a single node, which publishes nothing: nobody would read it. The caller
 	// owns the bus and closes it after the Service's last use.
 	Bus bus.Bus
+	// Retention is the operator's: how long messages are kept (0: for ever). The store's
+	// reads leave expired messages out already (tier.Wrap); the Service needs it only for
+	// what it holds in memory, a large group's newest messages.
+	Retention time.Duration
 }
 
 // New returns a Service. It starts background work only as its calls need it (Close stops
 // it); RunRetention is the owner's to run.
 func New(o Options) *Service {
-	s := &Service{st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
+	s := &Service{retention: o.Retention, st: o.Store, hub: o.Hub, signer: o.Signer, dirKey: o.DirectIDKey, cfg: o.Config, now: o.Now, log: o.Logger, obs: o.Observer,
 		positions: newPositionBatch(),
 		bg:        tasks.New()}
 	if len(s.dirKey) == 0 {

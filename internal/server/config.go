@@ -62,7 +62,8 @@ type Config struct {
 	// Attach tunes attachments (signed URL expiry, the collector, thumbnails).
 	Attach attach.Config
 	// Tier is the cold tier of history: messages older than Tier.HotWindow move into
-	// segments in the blob store (0, the zero Config's, keeps every message hot).
+	// segments in the blob store (0, the zero Config's, keeps every message hot), and
+	// messages older than Tier.Retention are deleted from both tiers (0 keeps them all).
 	Tier tier.Config
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
 	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
@@ -117,8 +118,8 @@ func (c Config) Validate() error {
 	if postgres && c.BlobStore == "" {
 		bad("BlobStore", "is required with Engine postgres, so that every node sees every attachment: s3://bucket?endpoint=...&region=... (or file:///path on a file system every node mounts)")
 	}
-	if c.Tier.HotWindow < 0 || c.Tier.CacheBytes < 0 {
-		bad("Tier", "HotWindow and CacheBytes must not be negative (a HotWindow of 0 keeps every message hot)")
+	if c.Tier.HotWindow < 0 || c.Tier.CacheBytes < 0 || c.Tier.Retention < 0 {
+		bad("Tier", "HotWindow, CacheBytes and Retention must not be negative (a HotWindow of 0 keeps every message hot, a Retention of 0 keeps every message)")
 	}
 	switch {
 	case c.Bus == nil && c.BusURL == "" && !c.BusAuth.IsZero():

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrConflict: SealSegment found the hot messages of the segment changed since the segment
@@ -73,6 +74,22 @@ type SegmentWriter interface {
 	// there is none. The caller deletes the blob (before, for a sealed segment, only once
 	// its messages are gone for good: retention).
 	DeleteSegment(ctx context.Context, key string) error
+	// ExpireMessages is retention's removal of convID's hot messages with seq <= throughSeq:
+	// their rows and client-id index entries go, and each one not recalled that carries an
+	// attachment is uncounted as RecallMessage would (Refs, IdleSince at at,
+	// AttachmentRefs), in the caller's commit. It returns how many messages it removed; none
+	// is no error. The conversation's MaxSeq and every position stay: seqs are never
+	// reused, what is gone is a prefix.
+	ExpireMessages(ctx context.Context, convID string, throughSeq, at int64) (int, error)
+	// ExpireSegment is retention's first step on the sealed segment under key: the
+	// segment goes back to pending (out of every read; PendingSegments lists it, so that the
+	// caller or, after a crash, the next pass deletes its blob and then its entry), its
+	// overlay FirstSeq..LastSeq is removed, and each message of attached that still counts
+	// in its attachment is uncounted as a recall would, all in the caller's commit.
+	// attached lists the segment's messages that carry an attachment, as its blob holds
+	// them: only the blob knows which do, and an uncount is made once whoever asks again.
+	// ErrNotFound if no sealed segment is under key.
+	ExpireSegment(ctx context.Context, key string, attached []Message, at int64) error
 	// PutOverlay stores m as the current version of the cold message (m.ConvID, m.Seq),
 	// replacing an earlier overlay of it. When m is recalled and no earlier overlay of it
 	// was, it uncounts m.AttachmentID as RecallMessage would (Refs, IdleSince at at,
@@ -139,4 +156,16 @@ func HotOnly(tx ReadTx) ReadTx {
 		return h.Hot()
 	}
 	return tx
+}
+
+// CheckAttached is ExpireSegment's check of its argument, written once for every backend:
+// each attached message must be one of seg's own and carry an attachment, so that a
+// caller's mistake uncounts nothing of another conversation's. It runs before any write.
+func CheckAttached(seg Segment, attached []Message) error {
+	for _, m := range attached {
+		if m.ConvID != seg.ConvID || m.Seq < seg.FirstSeq || m.Seq > seg.LastSeq || m.AttachmentID == "" {
+			return fmt.Errorf("store: expire segment %q: message %q/%d is not one of its own with an attachment", seg.Key, m.ConvID, m.Seq)
+		}
+	}
+	return nil
 }

@@ -420,7 +420,7 @@ func BenchmarkColdPage(b *testing.B) {
 			blobs = r.blobs
 		}
 		convs := sealedMany.convs
-		ts := tier.Wrap(r.st, blobs, 0, nil)
+		ts := tier.Wrap(r.st, blobs, tier.Config{}, nil, nil)
 		rng := rand.New(rand.NewPCG(1, 2))
 		if !fresh { // the cache holds these conversations' segments
 			convs = convs[:50]
@@ -432,7 +432,7 @@ func BenchmarkColdPage(b *testing.B) {
 		b.ResetTimer()
 		for range max(b.N, latencyReads) {
 			if fresh {
-				ts = tier.Wrap(r.st, blobs, 0, nil)
+				ts = tier.Wrap(r.st, blobs, tier.Config{}, nil, nil)
 			}
 			lat = append(lat, page(b, ts, rng, convs))
 		}
@@ -492,7 +492,7 @@ func BenchmarkJumpToDateCold(b *testing.B) {
 	sealedJump.sealed(b, &jumpFixture, 1, benchJumpMsgs, now)
 	r := sealedJump.open(b)
 	defer r.close()
-	svc := newService(tier.Wrap(r.st, r.blobs, 0, nil), now)
+	svc := newService(tier.Wrap(r.st, r.blobs, tier.Config{}, nil, nil), now)
 	c := sealedJump.convs[0]
 	rng := rand.New(rand.NewPCG(1, 2))
 	lat := make([]time.Duration, 0, max(b.N, latencyReads))
@@ -528,7 +528,7 @@ func sendDuringPass(b *testing.B, rate int) {
 	b.ResetTimer()
 	for range b.N {
 		r := manyFixture.open(b)
-		svc := newService(tier.Wrap(r.st, r.blobs, 0, nil), nil)
+		svc := newService(tier.Wrap(r.st, r.blobs, tier.Config{}, nil, nil), nil)
 		var n atomic.Int64
 		send := func(stop <-chan struct{}) (float64, error) {
 			t0, n0 := time.Now(), n.Load()

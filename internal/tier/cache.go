@@ -24,6 +24,8 @@ type cache struct {
 	max   int64
 	obs   Observer
 	load  singleflight.Group
+	// cutoff is the retention's: reads leave out the messages created before it (0: none).
+	cutoff func() int64
 
 	mu    sync.Mutex
 	size  int64
@@ -41,7 +43,7 @@ func newCache(blobs blob.Store, max int64, obs Observer) *cache {
 	if max <= 0 {
 		max = DefaultCacheBytes
 	}
-	return &cache{blobs: blobs, max: max, obs: obs, order: list.New(), items: make(map[string]*list.Element)}
+	return &cache{blobs: blobs, max: max, obs: obs, cutoff: func() int64 { return 0 }, order: list.New(), items: make(map[string]*list.Element)}
 }
 
 // messages returns the decoded messages of seg, from the cache or the blob store. The
@@ -72,7 +74,12 @@ func (c *cache) messages(ctx context.Context, seg store.Segment) ([]store.Messag
 }
 
 func (c *cache) fetch(ctx context.Context, seg store.Segment) ([]store.Message, error) {
-	o, err := c.blobs.Open(ctx, seg.Key)
+	return fetch(ctx, c.blobs, seg)
+}
+
+// fetch reads and decodes seg's blob from blobs.
+func fetch(ctx context.Context, blobs blob.Store, seg store.Segment) ([]store.Message, error) {
+	o, err := blobs.Open(ctx, seg.Key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tier: open segment %s: %w", store.ErrUnavailable, seg.Key, err)
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	// the window for a day: a quiet conversation gets one small segment a day, not one a
 	// pass.
 	MinMessages int
+	// Retention is how long a message is kept at all, hot or cold; 0 keeps every message
+	// for ever. Reads leave an expired message out at once (Wrap) and each pass deletes
+	// what has expired, before it seals.
+	Retention time.Duration
 	// Interval is the time between passes.
 	Interval time.Duration
 	// Parallel is how many conversations a pass seals at once. Sealing one segment waits
@@ -67,6 +71,11 @@ const (
 	StepAdded  = "added"  // the index has the pending entry; no blob yet
 	StepStored = "stored" // the blob is durable; the messages are still hot
 	StepSealed = "sealed" // the hot copies are gone and the entry is sealed
+	// Steps of expiring a sealed segment, in order.
+	StepExpiring = "expiring" // the entry is pending again, out of reads; the blob is still there
+	StepExpired  = "expired"  // the blob and then the entry are gone
+	// StepExpiredHot: a batch of expired hot messages is deleted, in one commit.
+	StepExpiredHot = "expired-hot"
 )
 
 // NewSealer returns a Sealer of st's messages into blobs. now defaults to time.Now.
@@ -121,13 +130,16 @@ type PassStats struct {
 	RawBytes, Bytes    int64
 	Orphans            int // blobs of pending entries a crashed pass left, deleted
 	Conflicts          int // segments dropped because a message changed while sealing
+	// Expired is how many messages retention deleted, ExpiredSegments how many sealed
+	// segments among them (whole: one partly kept stays until all of it expires).
+	Expired, ExpiredSegments int
 }
 
-// Pass seals every conversation's messages older than the hot window, but each
-// conversation's newest message (conversation lists show it), into segments. It first
-// removes what a crashed pass left (pending entries and their blobs) and the sync events
-// that name the messages it is about to seal, so that no sync, snapshot or push reads a
-// cold message.
+// Pass deletes every conversation's messages past the retention, then seals those older
+// than the hot window, but each conversation's newest message (conversation lists show
+// it), into segments. It first removes what a crashed pass left (pending entries and their
+// blobs, those of an expiry included) and the sync events that name the messages it is
+// about to seal, so that no sync, snapshot or push reads a cold message.
 func (s *Sealer) Pass(ctx context.Context) (PassStats, error) {
 	var st PassStats
 	err := s.pass(ctx, &st)
@@ -139,8 +151,10 @@ func (s *Sealer) pass(ctx context.Context, st *PassStats) error {
 	if err := s.dropPending(ctx, st); err != nil {
 		return err
 	}
-	cutoff := s.now().Add(-s.cfg.HotWindow).UnixMilli()
-	for {
+	now := s.now()
+	expireBefore := store.RetentionCutoff(s.cfg.Retention, now)
+	cutoff := now.Add(-s.cfg.HotWindow).UnixMilli()
+	for s.cfg.HotWindow > 0 {
 		n, err := s.st.PruneEvents(ctx, cutoff, 10_000)
 		if err != nil {
 			return fmt.Errorf("prune events before %d: %w", cutoff, err)
@@ -161,8 +175,17 @@ func (s *Sealer) pass(ctx context.Context, st *PassStats) error {
 		if len(ids) == 0 {
 			return nil
 		}
-		if err := s.sealAll(ctx, ids, cutoff, st); err != nil {
-			return err
+		if expireBefore > 0 {
+			for _, id := range ids {
+				if err := s.expireConversation(ctx, id, expireBefore, now.UnixMilli(), st); err != nil {
+					return fmt.Errorf("expire conversation %s: %w", id, err)
+				}
+			}
+		}
+		if s.cfg.HotWindow > 0 {
+			if err := s.sealAll(ctx, ids, cutoff, st); err != nil {
+				return err
+			}
 		}
 		after = ids[len(ids)-1]
 	}
@@ -244,6 +267,100 @@ func (s *Sealer) drop(ctx context.Context, key string) error {
 		return nil
 	}
 	return err
+}
+
+// expireConversation deletes convID's messages created before cutoff: first its sealed
+// segments wholly past it, oldest first, then its hot messages past it, a batch at a
+// time. A segment only partly past it stays, reads leaving out its expired part, until a
+// later pass finds all of it expired; every hot message is newer than it, so none goes
+// meanwhile. at is the pass's time, when the attachments of what goes become idle.
+func (s *Sealer) expireConversation(ctx context.Context, convID string, cutoff, at int64, st *PassStats) error {
+	for {
+		var segs []store.Segment
+		if err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
+			segs, err = tx.Segments(ctx, convID, 0, 8)
+			return err
+		}); err != nil {
+			return err
+		}
+		n := 0
+		for n < len(segs) && segs[n].LastTS < cutoff {
+			n++
+		}
+		for _, seg := range segs[:n] {
+			if err := s.expireSegment(ctx, seg, at, st); err != nil {
+				return err
+			}
+		}
+		if n < len(segs) {
+			return nil // partly kept
+		}
+		if len(segs) == 0 {
+			break
+		}
+	}
+	for {
+		var through int64
+		var more bool
+		if err := s.st.View(ctx, func(tx store.ReadTx) error {
+			ms, err := tx.Messages(ctx, convID, store.MessageRange{Limit: s.cfg.SegmentMessages})
+			n := 0
+			for n < len(ms) && ms[n].CreatedAt < cutoff {
+				n++
+			}
+			if n > 0 {
+				through, more = ms[n-1].Seq, n == len(ms)
+			}
+			return err
+		}); err != nil || through == 0 {
+			return err
+		}
+		var n int
+		if err := s.st.Update(ctx, func(tx store.Tx) (err error) {
+			n, err = tx.ExpireMessages(ctx, convID, through, at)
+			return err
+		}); err != nil {
+			return err
+		}
+		s.step(StepExpiredHot)
+		st.Expired += n
+		if !more {
+			return nil
+		}
+	}
+}
+
+// expireSegment deletes the sealed segment seg, whose every message has expired: in one
+// commit its entry goes back to pending (out of reads) with its overlay dropped and its
+// attachments uncounted, then its blob is deleted, then its entry (drop). A crash after the
+// first step leaves a pending entry, which the next pass drops as it drops a crashed
+// seal's: no blob outlives the index's naming it by more than a pass.
+func (s *Sealer) expireSegment(ctx context.Context, seg store.Segment, at int64, st *PassStats) error {
+	ms, err := fetch(ctx, s.blobs, seg) // only the blob knows which messages carry an attachment
+	if err != nil {
+		return err
+	}
+	var attached []store.Message
+	for _, m := range ms {
+		if m.AttachmentID != "" {
+			attached = append(attached, m)
+		}
+	}
+	err = s.st.Update(ctx, func(tx store.Tx) error { return tx.ExpireSegment(ctx, seg.Key, attached, at) })
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // expired meanwhile: on a store several nodes share, by a pass that lost its lead
+	}
+	if err != nil {
+		return err
+	}
+	s.step(StepExpiring)
+	if err := s.drop(ctx, seg.Key); err != nil {
+		return err
+	}
+	s.step(StepExpired)
+	st.ExpiredSegments++
+	st.Expired += seg.Count
+	return nil
 }
 
 // sealConversation seals convID's hot messages older than cutoff, a segment at a time.

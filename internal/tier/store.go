@@ -3,8 +3,10 @@ package tier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/parleychat/parley/internal/blob"
 	"github.com/parleychat/parley/internal/store"
@@ -27,11 +29,23 @@ type Store struct {
 
 // Wrap returns st reading its cold tier from blobs, with a segment cache of cacheBytes
 // (DefaultCacheBytes if 0). A store with no segment answers as st does.
-func Wrap(st store.Store, blobs blob.Store, cacheBytes int64, obs Observer) *Store {
+//
+// With a retention (cfg.Retention > 0) every read it completes also leaves out the
+// messages past it on now's clock, hot or cold, before the retention pass deletes them:
+// Message answers ErrNotFound, Messages and MessageAt answer from the first message kept,
+// and a "message" event of Events has no Message, as one the pass already deleted. That is
+// the one place expiry is decided for reads, so that history, jumps, receipts, recalls and
+// sync agree.
+func Wrap(st store.Store, blobs blob.Store, cfg Config, now func() time.Time, obs Observer) *Store {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Store{Store: st, cache: newCache(blobs, cacheBytes, obs)}
+	if now == nil {
+		now = time.Now
+	}
+	c := newCache(blobs, cfg.CacheBytes, obs)
+	c.cutoff = func() int64 { return store.RetentionCutoff(cfg.Retention, now()) }
+	return &Store{Store: st, cache: c}
 }
 
 // Unwrap returns the backend, for the capabilities a caller asks of it by type assertion
@@ -57,15 +71,19 @@ type readTx struct {
 func (t readTx) Hot() store.ReadTx { return t.ReadTx }
 
 func (t readTx) Message(ctx context.Context, convID string, seq int64) (store.Message, error) {
-	return t.c.message(ctx, t.ReadTx, convID, seq)
+	return t.c.kept(ctx, t.ReadTx, convID, seq)
 }
 
 func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRange) ([]store.Message, error) {
-	return t.c.page(ctx, t.ReadTx, convID, r)
+	return t.c.keptPage(ctx, t.ReadTx, convID, r)
 }
 
 func (t readTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
-	return t.c.messageAt(ctx, t.ReadTx, convID, ts)
+	return t.c.messageAt(ctx, t.ReadTx, convID, max(ts, t.c.cutoff()))
+}
+
+func (t readTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
+	return t.c.keptEvents(t.ReadTx.Events(ctx, userID, after, limit))
 }
 
 type writeTx struct {
@@ -77,15 +95,19 @@ type writeTx struct {
 func (t writeTx) Hot() store.ReadTx { return t.Tx }
 
 func (t writeTx) Message(ctx context.Context, convID string, seq int64) (store.Message, error) {
-	return t.c.message(ctx, t.Tx, convID, seq)
+	return t.c.kept(ctx, t.Tx, convID, seq)
 }
 
 func (t writeTx) Messages(ctx context.Context, convID string, r store.MessageRange) ([]store.Message, error) {
-	return t.c.page(ctx, t.Tx, convID, r)
+	return t.c.keptPage(ctx, t.Tx, convID, r)
 }
 
 func (t writeTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
-	return t.c.messageAt(ctx, t.Tx, convID, ts)
+	return t.c.messageAt(ctx, t.Tx, convID, max(ts, t.c.cutoff()))
+}
+
+func (t writeTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
+	return t.c.keptEvents(t.Tx.Events(ctx, userID, after, limit))
 }
 
 // RecallMessage recalls a hot message as the backend does, and a cold one by writing its
@@ -101,6 +123,46 @@ func (t writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64
 	}
 	m.Recalled, m.Content, m.Extra = true, nil, nil
 	return t.Tx.PutOverlay(ctx, m, at)
+}
+
+// kept is Message without expired messages.
+func (c *cache) kept(ctx context.Context, tx store.ReadTx, convID string, seq int64) (store.Message, error) {
+	m, err := c.message(ctx, tx, convID, seq)
+	if err == nil && m.CreatedAt < c.cutoff() {
+		return store.Message{}, fmt.Errorf("tier: message %s/%d has expired: %w", convID, seq, store.ErrNotFound)
+	}
+	return m, err
+}
+
+// keptPage is Messages without expired messages. It costs nothing while the page's first
+// message is kept; else the first kept seq (MessageAt at the cutoff, O(log n)) becomes the
+// range's floor and the page is read again from there, once.
+func (c *cache) keptPage(ctx context.Context, tx store.ReadTx, convID string, r store.MessageRange) ([]store.Message, error) {
+	ms, err := c.page(ctx, tx, convID, r)
+	cutoff := c.cutoff()
+	if err != nil || len(ms) == 0 || ms[0].CreatedAt >= cutoff {
+		return ms, err
+	}
+	first, err := c.messageAt(ctx, tx, convID, cutoff)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // every message has expired
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Floor = max(r.Floor, first-1)
+	return c.page(ctx, tx, convID, r)
+}
+
+// keptEvents drops the Message of every "message" event of es whose message has expired.
+func (c *cache) keptEvents(es []store.Event, err error) ([]store.Event, error) {
+	cutoff := c.cutoff()
+	for i := range es {
+		if m := es[i].Message; m != nil && m.CreatedAt < cutoff {
+			es[i].Message = nil
+		}
+	}
+	return es, err
 }
 
 // message is Message: the hot row, else the cold message.

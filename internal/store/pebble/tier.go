@@ -261,7 +261,26 @@ func (w writeTx) SealSegment(ctx context.Context, key string, recalled int) erro
 	if n != recalled {
 		return fmt.Errorf("pebble: seal segment %q: %d recalled, not %d: %w", key, n, recalled, store.ErrConflict)
 	}
-	if err := t.impliedByNewest(seg.ConvID, seg.LastSeq); err != nil {
+	if err := t.removeHot(seg.ConvID, seg.LastSeq, rows); err != nil {
+		return err
+	}
+	if err := t.markSegment(seg, true, prevSeg); err != nil {
+		return err
+	}
+	if err := t.del(pendingKey(t.key[:0], key), nil); err != nil {
+		return err
+	}
+	if err := t.set(sealedKey(t.key[:0], seg.ConvID, seg.LastSeq), []byte(key), nil, false); err != nil {
+		return err
+	}
+	return t.set(sealedByTimeKey(t.key[:0], seg.ConvID, seg.LastTS, seg.LastSeq), []byte(key), nil, false)
+}
+
+// removeHot deletes rows, convID's hot messages up to upTo, and their client id keys,
+// keeping what the newest of them implied (impliedByNewest): what sealing and retention
+// both do to the hot rows they take away.
+func (t *txn) removeHot(convID string, upTo int64, rows []hotRow) error {
+	if err := t.impliedByNewest(convID, upTo); err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -273,19 +292,107 @@ func (w writeTx) SealSegment(ctx context.Context, key string, recalled int) erro
 			return err
 		}
 	}
-	sealed := seg
-	sealed.Sealed = true
-	t.key = segmentKey(t.key[:0], key)
-	if err := t.set(t.key, encodeSegment(t.enc[:0], sealed), prevSeg, true); err != nil {
+	return nil
+}
+
+// ExpireMessages implements store.SegmentWriter: the rows as SealSegment removes them,
+// then each one's attachment reference key A, where an append left one and no recall took
+// it (uncount checks), uncounted.
+func (w writeTx) ExpireMessages(ctx context.Context, convID string, throughSeq, at int64) (int, error) {
+	t := w.t
+	if err := t.check(ctx); err != nil {
+		return 0, err
+	}
+	if throughSeq < 1 {
+		return 0, nil
+	}
+	rows, err := t.hotRows(store.Segment{ConvID: convID, FirstSeq: 1, LastSeq: throughSeq})
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	if err := t.removeHot(convID, throughSeq, rows); err != nil {
+		return 0, err
+	}
+	for _, r := range rows {
+		if r.m.AttachmentID != "" {
+			if err := t.uncount(r.m.AttachmentID, convID, r.m.Seq, at); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(rows), nil
+}
+
+// ExpireSegment implements store.SegmentWriter: the row back to pending (S and W out, P
+// in), the overlay keys of its range deleted, and each attached message's reference key
+// A, which SealSegment left and a recall in the overlay took, uncounted where it is still
+// there.
+func (w writeTx) ExpireSegment(ctx context.Context, key string, attached []store.Message, at int64) error {
+	t := w.t
+	if err := t.check(ctx); err != nil {
 		return err
 	}
-	if err := t.del(pendingKey(t.key[:0], key), nil); err != nil {
+	seg, found, err := t.segment(key)
+	if err != nil {
 		return err
 	}
-	if err := t.set(sealedKey(t.key[:0], seg.ConvID, seg.LastSeq), []byte(key), nil, false); err != nil {
+	if !found || !seg.Sealed {
+		return notFound("expire segment %q: none sealed", key)
+	}
+	prev := bytes.Clone(t.val)
+	if err := store.CheckAttached(seg, attached); err != nil {
 		return err
 	}
-	return t.set(sealedByTimeKey(t.key[:0], seg.ConvID, seg.LastTS, seg.LastSeq), []byte(key), nil, false)
+	prefix := appendStr([]byte{tOverlay}, seg.ConvID)
+	it, err := t.iter(appendInt(slices.Clip(prefix), seg.FirstSeq), appendInt(slices.Clip(prefix), seg.LastSeq+1))
+	if err != nil {
+		return err
+	}
+	var overlays [][2][]byte // collected first: the iterator does not follow the batch's writes
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return errors.Join(corrupt(err, "overlays of conversation %q", seg.ConvID), it.Close())
+		}
+		overlays = append(overlays, [2][]byte{bytes.Clone(it.Key()), bytes.Clone(v)})
+	}
+	if err := closeIter(it); err != nil {
+		return err
+	}
+	for _, o := range overlays {
+		if err := t.del(o[0], o[1]); err != nil {
+			return err
+		}
+	}
+	for _, m := range attached {
+		if err := t.uncount(m.AttachmentID, m.ConvID, m.Seq, at); err != nil {
+			return err
+		}
+	}
+	if err := t.markSegment(seg, false, prev); err != nil {
+		return err
+	}
+	if err := t.unindexSealed(seg); err != nil {
+		return err
+	}
+	return t.set(pendingKey(t.key[:0], key), nil, nil, false)
+}
+
+// markSegment rewrites seg's row, whose encoding is prev, sealed or pending: a seal
+// makes it sealed, an expiry pending again.
+func (t *txn) markSegment(seg store.Segment, sealed bool, prev []byte) error {
+	seg.Sealed = sealed
+	t.key = segmentKey(t.key[:0], seg.Key)
+	return t.set(t.key, encodeSegment(t.enc[:0], seg), prev, true)
+}
+
+// unindexSealed removes the sealed segment seg's entries in S and W: what takes it out of
+// every read, deleted (DeleteSegment) or expiring (ExpireSegment).
+func (t *txn) unindexSealed(seg store.Segment) error {
+	if err := t.del(sealedKey(t.key[:0], seg.ConvID, seg.LastSeq), []byte(seg.Key)); err != nil {
+		return err
+	}
+	return t.del(sealedByTimeKey(t.key[:0], seg.ConvID, seg.LastTS, seg.LastSeq), []byte(seg.Key))
 }
 
 // hotRows reads the stored message rows of seg's range, ascending: those that are there,
@@ -369,10 +476,7 @@ func (w writeTx) DeleteSegment(ctx context.Context, key string) error {
 	if !seg.Sealed {
 		return t.del(pendingKey(t.key[:0], key), nil)
 	}
-	if err := t.del(sealedKey(t.key[:0], seg.ConvID, seg.LastSeq), []byte(key)); err != nil {
-		return err
-	}
-	return t.del(sealedByTimeKey(t.key[:0], seg.ConvID, seg.LastTS, seg.LastSeq), []byte(key))
+	return t.unindexSealed(seg)
 }
 
 // PutOverlay implements store.SegmentWriter. The first overlay that recalls the message

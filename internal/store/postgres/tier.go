@@ -121,6 +121,58 @@ const uncountSealedSQL = `WITH r AS (
 		DELETE FROM sealed_refs WHERE conv_id = $1 AND seq = $2 RETURNING attachment_id)
 	` + uncountSQL + ` WHERE id = (SELECT attachment_id FROM r)`
 
+// expireSQL removes the hot messages through $2 of conversation $1 and uncounts, grouped
+// by attachment, those not recalled that carry one, marking it idle since $3 when that
+// leaves none; it returns how many messages it removed. The DELETE locks each row, so a
+// recall on another node either came first (the row reads recalled: no second uncount) or
+// waits and then finds no message.
+const expireSQL = `WITH d AS (
+		DELETE FROM messages WHERE conv_id = $1 AND seq <= $2
+		RETURNING attachment_id, recalled),
+	n AS (
+		SELECT attachment_id, count(*) AS c FROM d
+		WHERE attachment_id IS NOT NULL AND NOT recalled GROUP BY attachment_id),
+	u AS (
+		UPDATE attachments a SET refs = greatest(a.refs - n.c, 0),
+			idle_since = CASE WHEN a.refs - n.c <= 0 THEN $3::bigint ELSE 0 END
+		FROM n WHERE a.id = n.attachment_id)
+	SELECT count(*) FROM d`
+
+// ExpireMessages implements store.SegmentWriter: expireSQL, one statement.
+func (t writeTx) ExpireMessages(ctx context.Context, convID string, throughSeq, at int64) (int, error) {
+	var n int64
+	if err := t.tx.QueryRow(ctx, expireSQL, convID, throughSeq, at).Scan(&n); err != nil {
+		return 0, translate(err, fmt.Sprintf("expire messages of %q through %d", convID, throughSeq))
+	}
+	return int(n), nil
+}
+
+// ExpireSegment implements store.SegmentWriter. The sealed row is locked first, so that a
+// second expiry of it waits and then finds it pending (ErrNotFound); each attached message
+// is uncounted by uncountSealedSQL, once whoever recalled it meanwhile.
+func (t writeTx) ExpireSegment(ctx context.Context, key string, attached []store.Message, at int64) error {
+	what := fmt.Sprintf("expire segment %q", key)
+	seg, err := sqlrow.Segment(t.tx.QueryRow(ctx, `SELECT `+segCols+` FROM segments
+		WHERE key = $1 AND sealed FOR UPDATE`, key))
+	if err != nil {
+		return translate(err, what)
+	}
+	if err := store.CheckAttached(seg, attached); err != nil {
+		return err
+	}
+	for _, m := range attached {
+		if _, err := t.tx.Exec(ctx, uncountSealedSQL, m.ConvID, m.Seq, at); err != nil {
+			return translate(err, what)
+		}
+	}
+	if _, err := t.tx.Exec(ctx, `DELETE FROM overlays WHERE conv_id = $1 AND seq >= $2 AND seq <= $3`,
+		seg.ConvID, seg.FirstSeq, seg.LastSeq); err != nil {
+		return translate(err, what)
+	}
+	tag, err := t.tx.Exec(ctx, `UPDATE segments SET sealed = false WHERE key = $1`, key)
+	return expectOne(tag, err, store.ErrNotFound, "%s", what)
+}
+
 // PutOverlay implements store.SegmentWriter: an upsert, then, for a recalled version,
 // uncountSealedSQL.
 func (t writeTx) PutOverlay(ctx context.Context, m store.Message, at int64) error {

@@ -86,6 +86,11 @@ const (
 	stPutOverlay
 	stDropSealedRef
 	stDeleteSealedRef
+	stExpireUncount
+	stExpireDelete
+	stSealedSegment
+	stExpireOverlays
+	stUnseal
 
 	// Transaction control for group commit.
 	stBegin
@@ -246,6 +251,18 @@ func statementSQL() [numStmts]string {
 		// row that names it goes with the first recall.
 		stDropSealedRef:   dropAttachmentRefSQL(`SELECT attachment_id FROM sealed_refs WHERE conv_id = ?2 AND seq = ?3`),
 		stDeleteSealedRef: `DELETE FROM sealed_refs WHERE conv_id = ? AND seq = ?`,
+		// Run before stExpireDelete: one uncount per expired message not recalled, grouped
+		// by attachment so that two messages carrying one attachment take two.
+		stExpireUncount: `UPDATE attachments
+			SET refs = max(refs - n.c, 0), idle_since = CASE WHEN refs <= n.c THEN ?1 ELSE idle_since END
+			FROM (SELECT attachment_id, count(*) AS c FROM messages
+				WHERE conv_id = ?2 AND seq <= ?3 AND attachment_id IS NOT NULL AND recalled = 0
+				GROUP BY attachment_id) AS n
+			WHERE attachments.id = n.attachment_id AND refs > 0`,
+		stExpireDelete:   `DELETE FROM messages WHERE conv_id = ? AND seq <= ?`,
+		stSealedSegment:  `SELECT ` + segCols + ` FROM segments WHERE key = ? AND sealed = 1`,
+		stExpireOverlays: `DELETE FROM overlays WHERE conv_id = ? AND seq >= ? AND seq <= ?`,
+		stUnseal:         `UPDATE segments SET sealed = 0 WHERE key = ?`,
 
 		stBegin:      `BEGIN IMMEDIATE`,
 		stCommit:     `COMMIT`,

@@ -92,6 +92,49 @@ func (t writeTx) DeleteSegment(ctx context.Context, key string) error {
 	return t.expectOne(res, err, "delete segment %q", key)
 }
 
+// ExpireMessages implements store.SegmentWriter: the uncount of the range, then its rows
+// (their (sender_id, client_msg_id) keys with them), one step under the single writer.
+func (t writeTx) ExpireMessages(ctx context.Context, convID string, throughSeq, at int64) (int, error) {
+	if _, err := t.q.exec(ctx, stExpireUncount, at, convID, throughSeq); err != nil {
+		return 0, t.q.fail(err, "expire messages of %q through %d", convID, throughSeq)
+	}
+	res, err := t.q.exec(ctx, stExpireDelete, convID, throughSeq)
+	if err != nil {
+		return 0, t.q.fail(err, "expire messages of %q through %d", convID, throughSeq)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, t.q.fail(err, "expire messages of %q through %d", convID, throughSeq)
+	}
+	return int(n), nil
+}
+
+// ExpireSegment implements store.SegmentWriter: each attached message uncounted as a cold
+// recall uncounts it (stDropSealedRef, once: its sealed_refs row goes with it), the
+// overlay of the range deleted, and the row marked pending.
+func (t writeTx) ExpireSegment(ctx context.Context, key string, attached []store.Message, at int64) error {
+	seg, err := sqlrow.Segment(t.q.queryRow(ctx, stSealedSegment, key))
+	if err != nil {
+		return t.q.fail(err, "expire segment %q", key)
+	}
+	if err := store.CheckAttached(seg, attached); err != nil {
+		return err
+	}
+	for _, m := range attached {
+		if _, err := t.q.exec(ctx, stDropSealedRef, at, m.ConvID, m.Seq); err != nil {
+			return t.q.fail(err, "expire segment %q", key)
+		}
+		if _, err := t.q.exec(ctx, stDeleteSealedRef, m.ConvID, m.Seq); err != nil {
+			return t.q.fail(err, "expire segment %q", key)
+		}
+	}
+	if _, err := t.q.exec(ctx, stExpireOverlays, seg.ConvID, seg.FirstSeq, seg.LastSeq); err != nil {
+		return t.q.fail(err, "expire segment %q", key)
+	}
+	res, err := t.q.exec(ctx, stUnseal, key)
+	return t.expectOne(res, err, "expire segment %q", key)
+}
+
 // PutOverlay implements store.SegmentWriter. A recalled version uncounts the attachment
 // that sealed_refs holds for the message and removes that row, as RecallMessage does for
 // a hot one (the same statement, on the other table): the row is there until the first

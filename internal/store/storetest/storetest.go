@@ -73,6 +73,7 @@ func Run(t *testing.T, h Harness) {
 	tests = append(tests, busKeyTests()...)
 	tests = append(tests, attachmentTests()...)
 	tests = append(tests, tierTests()...)
+	tests = append(tests, expireTests()...)
 	tests = append(tests, messageAtTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,17 +36,29 @@ func tierTests() []struct {
 		{"Tier/ConversationIDs", testTierConversationIDs},
 		{"Tier/MessageAtAfterSeal", testTierMessageAtAfterSeal},
 	}
+	tests = needTier(tests)
+	// MessageAt reads the hot messages only: every engine has it, tier or not.
+	return append(tests, struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{"Messages/At", testMessageAt})
+}
+
+// needTier makes each of tests skip on an engine without the cold tier (skipWithoutTier).
+func needTier(tests []struct {
+	name string
+	fn   func(t *testing.T, s store.Store)
+}) []struct {
+	name string
+	fn   func(t *testing.T, s store.Store)
+} {
 	for i, tc := range tests {
 		tests[i].fn = func(t *testing.T, s store.Store) {
 			skipWithoutTier(t, s)
 			tc.fn(t, s)
 		}
 	}
-	// MessageAt reads the hot messages only: every engine has it, tier or not.
-	return append(tests, struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{"Messages/At", testMessageAt})
+	return tests
 }
 
 // skipWithoutTier skips the test on an engine that does not implement the cold tier yet,
