@@ -113,16 +113,6 @@ func (c *cache) put(key string, ms []store.Message) {
 	}
 }
 
-// drop forgets the segment under key (deleted by retention).
-func (c *cache) drop(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[key]; ok {
-		c.size -= c.order.Remove(e).(*entry).size
-		delete(c.items, key)
-	}
-}
-
 // messageSize is about what a decoded message holds in memory.
 func messageSize(m *store.Message) int64 {
 	n := 160 + len(m.MsgID) + len(m.ClientMsgID) + len(m.SenderID) + len(m.Content) + len(m.Extra) + len(m.AttachmentID)

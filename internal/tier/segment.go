@@ -83,7 +83,7 @@ func encode(ms []store.Message) ([]byte, int, error) {
 	for i := range ms {
 		m := &ms[i]
 		if m.ConvID != h.ConvID || m.Seq != h.FirstSeq+int64(i) {
-			return nil, 0, fmt.Errorf("tier: message %s/%d breaks the run %s/%d..", m.ConvID, m.Seq, h.ConvID, h.FirstSeq)
+			return nil, 0, fmt.Errorf("tier: message %s/%d breaks the run from %s/%d", m.ConvID, m.Seq, h.ConvID, h.FirstSeq)
 		}
 		r := record{Seq: m.Seq, MsgID: m.MsgID, ClientMsgID: m.ClientMsgID, SenderID: m.SenderID,
 			ContentType: m.ContentType, Content: m.Content, Extra: m.Extra, CreatedAt: m.CreatedAt,
