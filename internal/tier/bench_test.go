@@ -527,6 +527,9 @@ func sendDuringPass(b *testing.B, rate int) {
 	var alone, during, passRate float64
 	b.ResetTimer()
 	for range b.N {
+		// As in BenchmarkTierPass: -tagfocus phase=send picks this run's store (its writer
+		// and compactions), phase=alone and phase=during the senders of each half.
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("phase", "send")))
 		r := manyFixture.open(b)
 		svc := newService(tier.Wrap(r.st, r.blobs, tier.Config{}, nil, nil), nil)
 		var n atomic.Int64
@@ -557,6 +560,7 @@ func sendDuringPass(b *testing.B, rate int) {
 			return c
 		}
 		var err error
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("phase", "alone")))
 		if alone, err = send(timer(window)); err != nil {
 			b.Fatal(err)
 		}
@@ -571,12 +575,14 @@ func sendDuringPass(b *testing.B, rate int) {
 			passD = time.Since(t0)
 			close(stop)
 		}()
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("phase", "during")))
 		during, err = send(stop) // as long as the pass runs
 		if err != nil || passErr != nil {
 			b.Fatal(err, passErr)
 		}
 		passRate = float64(ps.Messages) / passD.Seconds()
 		r.close()
+		pprof.SetGoroutineLabels(context.Background())
 	}
 	b.ReportMetric(alone, "alone-msgs/s")
 	b.ReportMetric(during, "during-msgs/s")

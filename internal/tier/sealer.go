@@ -53,6 +53,12 @@ type Config struct {
 	Crash func(step string)
 }
 
+// pruneBatch is how many sync events one commit of a pass removes. Each commit is one
+// request of the store's single writer, which the sends' commits wait behind: a first pass
+// over a large store removes millions, and batches of 10,000 held the writer for tens of
+// milliseconds at a time; batches of 1,000 interleave with the sends.
+const pruneBatch = 1_000
+
 // Sealer moves messages older than the hot window into segments, one pass at a time.
 type Sealer struct {
 	st    store.Store // the backend, not the Store wrapper: it seals hot rows only
@@ -155,11 +161,11 @@ func (s *Sealer) pass(ctx context.Context, st *PassStats) error {
 	expireBefore := store.RetentionCutoff(s.cfg.Retention, now)
 	cutoff := now.Add(-s.cfg.HotWindow).UnixMilli()
 	for s.cfg.HotWindow > 0 {
-		n, err := s.st.PruneEvents(ctx, cutoff, 10_000)
+		n, err := s.st.PruneEvents(ctx, cutoff, pruneBatch)
 		if err != nil {
 			return fmt.Errorf("prune events before %d: %w", cutoff, err)
 		}
-		if n < 10_000 {
+		if n < pruneBatch {
 			break
 		}
 	}
