@@ -86,7 +86,7 @@ func (s *Service) ExistingDirect(ctx context.Context, me Identity, peer string) 
 		} else if err != nil {
 			return err
 		}
-		b, err = brief(ctx, tx, c, m, nil)
+		b, err = s.brief(ctx, tx, c, m, nil)
 		ok = err == nil
 		return err
 	})
@@ -105,14 +105,14 @@ func (s *Service) reopenDirect(ctx context.Context, tx store.Tx, ob *outbox, c s
 		if err := tx.PutMember(ctx, m); err != nil {
 			return err
 		}
-		b, err := brief(ctx, tx, c, m, nil)
+		b, err := s.brief(ctx, tx, c, m, nil)
 		if err != nil {
 			return err
 		}
 		*out = b
 		return ob.appendData(ctx, tx, userID, protocol.EventConvUpdated, c.ID, s.nowMS(), b)
 	}
-	*out, err = brief(ctx, tx, c, m, nil)
+	*out, err = s.brief(ctx, tx, c, m, nil)
 	return err
 }
 
@@ -227,7 +227,7 @@ func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store
 		if i < len(members) && !tell(m.UserID) {
 			continue
 		}
-		b, err := brief(ctx, tx, c, m, members)
+		b, err := s.brief(ctx, tx, c, m, members)
 		if err != nil {
 			return err
 		}
@@ -288,7 +288,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		var changed bool
 		kept, removed, changed = applyMembership(c, members, req, s.nowMS())
 		if !changed {
-			out, err = brief(ctx, tx, c, self, members)
+			out, err = s.brief(ctx, tx, c, self, members)
 			return err
 		}
 		if len(kept) > s.cfg.MaxGroupMembers {
@@ -425,7 +425,7 @@ func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) 
 		case c.OwnerID != me.UserID:
 			return fmt.Errorf("%w: only the owner renames the group", ErrForbidden)
 		case c.Name == name:
-			out, err = brief(ctx, tx, c, self, nil)
+			out, err = s.brief(ctx, tx, c, self, nil)
 			return err
 		}
 		c.Name, c.UpdatedAt = name, s.nowMS()
@@ -458,7 +458,7 @@ func (s *Service) ListConversations(ctx context.Context, me Identity, q PageQuer
 			return err
 		}
 		out.Next, err = fillPage(rest, k, limit, func(m store.Membership) (int, error) {
-			b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+			b, err := s.brief(ctx, tx, m.Conversation, m.Member, nil)
 			if err != nil {
 				return 0, err
 			}
@@ -519,7 +519,7 @@ func (s *Service) GetConversation(ctx context.Context, me Identity, convID strin
 		if err != nil {
 			return err
 		}
-		out, err = brief(ctx, tx, c, m, nil)
+		out, err = s.brief(ctx, tx, c, m, nil)
 		return err
 	})
 	return out, err
