@@ -277,7 +277,8 @@ func (c *cache) cold(ctx context.Context, tx store.ReadTx, convID string, seq in
 // page is Messages. The hot messages are a gapless run that ends at the conversation's
 // newest, so the backend's answer is whole unless it stops short of the low end of the
 // range asked: then the cold messages below its first (or below BeforeSeq, or all of the
-// range when it found none) complete it.
+// range when it found none) complete it. The sealed segments are a gapless run too, but
+// for a prefix retention deleted: a page from a seq in it starts at the first segment.
 func (c *cache) page(ctx context.Context, tx store.ReadTx, convID string, r store.MessageRange) ([]store.Message, error) {
 	hot, err := tx.Messages(ctx, convID, r)
 	if err != nil || r.Limit <= 0 {
@@ -309,6 +310,13 @@ func (c *cache) page(ctx context.Context, tx store.ReadTx, convID string, r stor
 	if len(hot) > 0 {
 		to = hot[0].Seq - 1
 	}
+	segs, err := tx.Segments(ctx, convID, from, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(segs) > 0 && segs[0].FirstSeq > from {
+		from = segs[0].FirstSeq // the seqs below it are gone: retention deleted their segments
+	}
 	cold, err := c.coldRange(ctx, tx, convID, from, min(to, from+int64(r.Limit)-1))
 	if err != nil {
 		return nil, err
@@ -321,6 +329,7 @@ func (c *cache) page(ctx context.Context, tx store.ReadTx, convID string, r stor
 // its overlay's version where it has one.
 func (c *cache) coldRange(ctx context.Context, tx store.ReadTx, convID string, from, to int64) ([]store.Message, error) {
 	var out []store.Message
+scan:
 	for from <= to {
 		segs, err := tx.Segments(ctx, convID, from, 8)
 		if err != nil {
@@ -331,7 +340,10 @@ func (c *cache) coldRange(ctx context.Context, tx store.ReadTx, convID string, f
 		}
 		for _, seg := range segs {
 			if seg.FirstSeq > to {
-				break
+				// Past the range: what it asked below this segment is gone (retention
+				// deleted the segments before it), and asking again from the same seq
+				// would find this one again for ever.
+				break scan
 			}
 			ms, err := c.messages(ctx, seg)
 			if err != nil {
