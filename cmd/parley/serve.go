@@ -83,7 +83,7 @@ func serveFlags(c *serveConfig, stderr io.Writer) (fs *flag.FlagSet, sealBus *bo
 	fs.StringVar(&n.UploadsDir, "uploads-dir", "", "where uploads in progress are kept (default: uploads under the data directory); nodes on one --store postgres resume one another's uploads only if they share it, else route each /v1/uploads/{id} to one node")
 	fs.DurationVar(&n.Tier.HotWindow, "hot-window", n.Tier.HotWindow, "how long messages stay in the hot store before they move to compressed segments in the blob store (0: every message stays hot); sync events and client_msg_id repeats are kept as long")
 	fs.DurationVar(&n.Tier.Interval, "tier-every", tier.DefaultInterval, "how often the job that moves old messages to the cold tier runs")
-	fs.DurationVar(&n.Tier.Retention, "retention", 0, "how long messages are kept at all: older ones, hot or cold, are deleted with their attachments' references and read as gone at once (0: kept for ever)")
+	fs.DurationVar(&n.Tier.Retention, "retention", 0, "how long messages are kept at all, unless a group's owner gives the group its own (within --group-retention-min and --group-retention-max): older ones, hot or cold, are deleted with their attachments' references and read as gone at once (0: kept for ever)")
 	fs.DurationVar(&n.Tier.GroupRetentionMin, "group-retention-min", n.Tier.GroupRetentionMin, "shortest retention a group's owner may give the group instead of --retention")
 	fs.DurationVar(&n.Tier.GroupRetentionMax, "group-retention-max", 0, "longest retention a group's owner may give the group instead of --retention (0: no upper bound)")
 	fs.Int64Var(&n.Tier.CacheBytes, "tier-cache", tier.DefaultCacheBytes, "bytes of decoded cold segments kept in memory")
