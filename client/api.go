@@ -54,6 +54,16 @@ func (c *Client) Rename(ctx context.Context, convID, name string) (ConversationB
 	return out, err
 }
 
+// SetRetention sets a group's own retention in seconds (owner only), within the server's
+// bounds (400 outside them); 0 clears it, and the server's retention applies again. This
+// is a Parley extension: PATCH /v1/conversations/{conv_id} {"retention_seconds"}.
+func (c *Client) SetRetention(ctx context.Context, convID string, seconds int64) (ConversationBrief, error) {
+	var out ConversationBrief
+	req := protocol.RenameRequest{RetentionSeconds: &seconds}
+	_, err := c.http.do(ctx, http.MethodPatch, convPath(convID, ""), nil, req, &out)
+	return out, err
+}
+
 // GetConversation returns one conversation as the caller sees it. 404: no such conversation,
 // or the caller is not a member (the server answers both alike).
 func (c *Client) GetConversation(ctx context.Context, convID string) (ConversationBrief, error) {

@@ -81,6 +81,10 @@ type ConversationBrief struct {
 	PeerReadSeq      *int64   `json:"peer_read_seq,omitempty"`
 	PeerDeliveredSeq *int64   `json:"peer_delivered_seq,omitempty"`
 	UpdatedAt        int64    `json:"updated_at"`
+	// RetentionSeconds is how long the conversation's messages are kept, in seconds: the
+	// group's own retention when its owner set one, else the operator's; 0 keeps them for
+	// ever (a Parley extension; docs/protocol.md, "Expired messages").
+	RetentionSeconds int64 `json:"retention_seconds"`
 	// Removed is true only in the brief a user gets on leaving or being removed (the
 	// conv_updated event and the answer to their own leave): the conversation is no longer
 	// theirs, so clients drop it. Absent everywhere else.

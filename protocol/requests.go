@@ -30,10 +30,18 @@ type MembersRequest struct {
 	Remove []string `json:"remove"`
 }
 
-// RenameRequest is the body of PATCH /v1/conversations/{id} (a Parley extension).
+// RenameRequest is the body of PATCH /v1/conversations/{id} (a Parley extension): a
+// group's new name, its own retention, or both; at least one.
 type RenameRequest struct {
-	Name *string `json:"name"`
+	Name *string `json:"name,omitempty"`
+	// RetentionSeconds is the group's own retention in seconds, within the server's
+	// bounds; 0 clears it (the server's retention applies again).
+	RetentionSeconds *int64 `json:"retention_seconds,omitempty"`
 }
+
+// MaxRetentionSeconds is the longest retention_seconds accepted: about 292 years, the
+// longest a time.Duration holds.
+const MaxRetentionSeconds = int64(1<<63-1) / 1e9
 
 // SendRequest is the body of POST /v1/messages and the params of the "send" op.
 type SendRequest struct {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,45 +23,74 @@ import (
 )
 
 // TestCrashWhileTiering kills the server (SIGKILL, by its own hand at the step named) at
-// each step of sealing a cold segment while a sender keeps sending, restarts it, and checks
-// that every acked message is in history exactly once at its seq, the seqs gapless, and
-// that once a pass has run the blob store holds exactly the segments the index names.
+// each step of sealing a cold segment, and of expiring one or a batch of hot messages,
+// while a sender keeps sending, restarts it, and checks that every acked message is in
+// history exactly once at its seq, the seqs gapless, and that once a pass has run the blob
+// store holds exactly the segments the index names. For the retention steps the sender
+// also sends to a group whose owner gave it a retention of one second, with no operator
+// retention: what history keeps of it after the restart is a gapless run of what was sent,
+// each acked one at its seq, and once all of it has expired the next passes leave none of
+// its messages, segments or blobs.
 func TestCrashWhileTiering(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs subprocess nodes; skipped in -short mode")
 	}
-	for _, step := range []string{tier.StepAdded, tier.StepStored, tier.StepSealed} {
+	for _, step := range []string{tier.StepAdded, tier.StepStored, tier.StepSealed,
+		tier.StepExpiring, tier.StepExpired, tier.StepExpiredHot} {
 		t.Run(step, func(t *testing.T) { testCrashWhileTiering(t, step) })
 	}
 }
 
 func testCrashWhileTiering(t *testing.T, step string) {
 	dir := t.TempDir()
+	expiring := step == tier.StepExpiring || step == tier.StepExpired || step == tier.StepExpiredHot
 	// Messages go cold 300 ms after they are sent, and a pass runs every 50 ms: the first
-	// segment is sealed (and the process killed) while the sender is still sending.
+	// segment is sealed (and the process killed) while the sender is still sending. To
+	// reach the expiry of hot messages, nothing goes cold.
+	hot := "300ms"
+	if step == tier.StepExpiredHot {
+		hot = "0"
+	}
 	args := []string{"--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0",
-		"--hot-window", "300ms", "--tier-every", "50ms"}
+		"--hot-window", hot, "--tier-every", "50ms", "--group-retention-min", "1s"}
 	srv := startServeEnv(t, dir, []string{tierCrashEnv + "=" + step}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	tokens := mintUsers(ctx, t, srv.URL, crashAdminSecret, "alice", "bob")
-	conv, err := client.New(client.Options{BaseURL: srv.URL, Token: tokens[0], UserID: "alice"}).CreateDirect(ctx, "bob")
+	alice := client.New(client.Options{BaseURL: srv.URL, Token: tokens[0], UserID: "alice"})
+	conv, err := alice.CreateDirect(ctx, "bob")
 	if err != nil {
 		t.Fatal(err)
 	}
+	convs := []string{conv.ConvID}
+	var short string // the group with its own retention
+	if expiring {
+		g, err := alice.CreateGroup(ctx, "short", []string{"bob"}, false)
+		if err == nil {
+			_, err = alice.SetRetention(ctx, g.ConvID, 1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		short = g.ConvID
+		convs = append(convs, short)
+	}
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 5 * time.Second}
-	acked := map[string]int64{} // client_msg_id -> seq
-	var sent []string
+	acked := map[string]map[string]int64{} // conv_id -> client_msg_id -> seq
+	sent := map[string]bool{}
 	for i := 0; ; i++ {
-		id := fmt.Sprintf("m%05d", i)
-		sent = append(sent, id)
-		seq, err := postMessage(hc, srv.URL, tokens[0], map[string]any{"conv_id": conv.ConvID, "client_msg_id": id,
+		id, to := fmt.Sprintf("m%05d", i), convs[i%len(convs)]
+		sent[id] = true
+		seq, err := postMessage(hc, srv.URL, tokens[0], map[string]any{"conv_id": to, "client_msg_id": id,
 			"content_type": 1, "content": map[string]any{"text": id}})
 		if err != nil {
 			break // the server killed itself
 		}
-		acked[id] = seq
-		if i > 20_000 {
+		if acked[to] == nil {
+			acked[to] = map[string]int64{}
+		}
+		acked[to][id] = seq
+		if i > 40_000 {
 			t.Fatalf("the server never reached step %q", step)
 		}
 	}
@@ -71,18 +99,50 @@ func testCrashWhileTiering(t *testing.T, step string) {
 	if ws, ok := exitStatus(srv.err, &ee); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("the server did not die of SIGKILL at %q: %v\nstderr:\n%s", step, srv.err, srv.stderr)
 	}
-	if len(acked) < tier.DefaultMinMessages {
-		t.Fatalf("%d messages acked before the kill: the pass sealed before there was a segment's worth", len(acked))
+	if n := len(acked[conv.ConvID]); !expiring && n < tier.DefaultMinMessages {
+		t.Fatalf("%d messages acked before the kill: the pass sealed before there was a segment's worth", n)
 	}
 
+	t.Logf("killed at %q after %d sends", step, len(sent))
 	srv = startServe(t, dir, args...)
 	waitPasses(t, srv.URL, 2) // the first may have started before the restart's sends were old
 	c := client.New(client.Options{BaseURL: srv.URL, Token: tokens[1], UserID: "bob"})
+	checkHistory(ctx, t, c, conv.ConvID, sent, acked[conv.ConvID], false)
+	if got := metricValue(t, srv.URL, "parley_tier_sealed_messages_total"); got == 0 && !expiring && step != tier.StepSealed {
+		t.Errorf("no message sealed after the restart")
+	}
+	if expiring {
+		checkHistory(ctx, t, c, short, sent, acked[short], true)
+		waitExpired(ctx, t, c, short)
+		passes := metricValue(t, srv.URL, `parley_tier_passes_total{outcome="ok"}`)
+		waitPasses(t, srv.URL, passes+2) // one that started after the last expired
+		if got := metricValue(t, srv.URL, "parley_tier_expired_messages_total"); got == 0 {
+			t.Errorf("parley_tier_expired_messages_total is 0 after the expiry passes")
+		}
+	}
+
+	srv.kill()
+	checkSegmentsMatchBlobs(t, dir, conv.ConvID, hot != "0", short)
+}
+
+// checkHistory reads all of convID's history and checks it against what was sent and
+// acked: gapless seqs, from 1 or, when expiring, from the first kept (the page's
+// expired_before_seq); each message sent once; each acked one at its seq unless it has
+// expired (below the first kept).
+func checkHistory(ctx context.Context, t *testing.T, c *client.Client, convID string, sent map[string]bool, acked map[string]int64, expiring bool) {
+	t.Helper()
 	var all []client.Message
+	from := int64(1)
 	for after := int64(0); ; {
-		page, err := c.History(ctx, conv.ConvID, client.HistoryQuery{AfterSeq: after, Limit: 200})
+		page, err := c.History(ctx, convID, client.HistoryQuery{AfterSeq: after, Limit: 200})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if after == 0 && page.ExpiredBeforeSeq > 0 {
+			if !expiring {
+				t.Fatalf("%s: expired_before_seq %d in a conversation that keeps everything", convID, page.ExpiredBeforeSeq)
+			}
+			from = page.ExpiredBeforeSeq
 		}
 		all = append(all, page.Messages...)
 		if !page.HasMore {
@@ -92,28 +152,43 @@ func testCrashWhileTiering(t *testing.T, step string) {
 	}
 	seen := map[string]int64{}
 	for i, m := range all {
-		if m.Seq != int64(i+1) {
-			t.Fatalf("history seq %d at %d: want gapless from 1", m.Seq, i)
+		if m.Seq != from+int64(i) {
+			t.Fatalf("%s: history seq %d at %d: want gapless from %d", convID, m.Seq, i, from)
 		}
 		if _, dup := seen[m.ClientMsgID]; dup {
-			t.Fatalf("%s stored twice", m.ClientMsgID)
+			t.Fatalf("%s: %s stored twice", convID, m.ClientMsgID)
 		}
 		seen[m.ClientMsgID] = m.Seq
-		if !slices.Contains(sent, m.ClientMsgID) {
-			t.Fatalf("history has %q, which was never sent", m.ClientMsgID)
+		if !sent[m.ClientMsgID] {
+			t.Fatalf("%s: history has %q, which was never sent", convID, m.ClientMsgID)
 		}
 	}
 	for id, seq := range acked {
-		if seen[id] != seq {
-			t.Fatalf("acked %s at seq %d; history has it at %d (0: lost)", id, seq, seen[id])
+		if seq >= from && seen[id] != seq {
+			t.Fatalf("%s: acked %s at seq %d; history has it at %d (0: lost)", convID, id, seq, seen[id])
 		}
 	}
-	if got := metricValue(t, srv.URL, "parley_tier_sealed_messages_total"); got == 0 && step != tier.StepSealed {
-		t.Errorf("no message sealed after the restart")
-	}
+}
 
-	srv.kill()
-	checkSegmentsMatchBlobs(t, dir, conv.ConvID)
+// waitExpired waits until convID's history reads as wholly expired.
+func waitExpired(ctx context.Context, t *testing.T, c *client.Client, convID string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		page, err := c.History(ctx, convID, client.HistoryQuery{Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Messages) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: seq %d still kept 20 s on, with a retention of 1 s", convID, page.Messages[0].Seq)
+		}
+		<-tick.C
+	}
 }
 
 // exitStatus returns the wait status of a process's exit error.
@@ -161,8 +236,10 @@ func metricValue(t *testing.T, baseURL, name string) float64 {
 }
 
 // checkSegmentsMatchBlobs opens the stopped server's store and checks that no segment is
-// pending and that the segment blobs on disk are exactly those its index names.
-func checkSegmentsMatchBlobs(t *testing.T, dir, convID string) {
+// pending, that the segment blobs on disk are exactly those its index names for convID
+// (some, unless sealed is false), and that the conversation gone, unless "", has no
+// message and no segment left: retention deleted all of it.
+func checkSegmentsMatchBlobs(t *testing.T, dir, convID string, sealed bool, gone string) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := pebble.Open(ctx, pebble.Options{Dir: dir})
@@ -183,11 +260,22 @@ func checkSegmentsMatchBlobs(t *testing.T, dir, convID string) {
 		for _, s := range segs {
 			named[s.Key] = true
 		}
+		if err != nil || gone == "" {
+			return err
+		}
+		ms, err := tx.Messages(ctx, gone, store.MessageRange{Limit: 1})
+		if err != nil {
+			return err
+		}
+		left, err := tx.Segments(ctx, gone, 0, 1)
+		if len(ms) > 0 || len(left) > 0 {
+			t.Errorf("%s after its expiry's passes: hot %+v, segments %+v; want none", gone, ms, left)
+		}
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(named) == 0 {
+	if len(named) == 0 && sealed {
 		t.Fatal("no segment sealed")
 	}
 	root := filepath.Join(dir, "blobs")

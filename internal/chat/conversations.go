@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/protocol"
@@ -86,7 +87,7 @@ func (s *Service) ExistingDirect(ctx context.Context, me Identity, peer string) 
 		} else if err != nil {
 			return err
 		}
-		b, err = brief(ctx, tx, c, m, nil)
+		b, err = s.brief(ctx, tx, c, m, nil)
 		ok = err == nil
 		return err
 	})
@@ -105,14 +106,14 @@ func (s *Service) reopenDirect(ctx context.Context, tx store.Tx, ob *outbox, c s
 		if err := tx.PutMember(ctx, m); err != nil {
 			return err
 		}
-		b, err := brief(ctx, tx, c, m, nil)
+		b, err := s.brief(ctx, tx, c, m, nil)
 		if err != nil {
 			return err
 		}
 		*out = b
 		return ob.appendData(ctx, tx, userID, protocol.EventConvUpdated, c.ID, s.nowMS(), b)
 	}
-	*out, err = brief(ctx, tx, c, m, nil)
+	*out, err = s.brief(ctx, tx, c, m, nil)
 	return err
 }
 
@@ -227,7 +228,7 @@ func (s *Service) announce(ctx context.Context, tx store.Tx, ob *outbox, c store
 		if i < len(members) && !tell(m.UserID) {
 			continue
 		}
-		b, err := brief(ctx, tx, c, m, members)
+		b, err := s.brief(ctx, tx, c, m, members)
 		if err != nil {
 			return err
 		}
@@ -288,7 +289,7 @@ func (s *Service) UpdateMembers(ctx context.Context, me Identity, convID string,
 		var changed bool
 		kept, removed, changed = applyMembership(c, members, req, s.nowMS())
 		if !changed {
-			out, err = brief(ctx, tx, c, self, members)
+			out, err = s.brief(ctx, tx, c, self, members)
 			return err
 		}
 		if len(kept) > s.cfg.MaxGroupMembers {
@@ -410,25 +411,50 @@ func joinedMembers(kept, members []store.Member) map[string]bool {
 
 // Rename sets a group's name (owner only). It is a Parley extension of the protocol.
 func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) (protocol.ConversationBrief, error) {
-	if len(name) > maxNameLen {
-		return protocol.ConversationBrief{}, invalid("name longer than %d bytes", maxNameLen)
+	return s.ChangeGroup(ctx, me, convID, GroupChange{Name: &name})
+}
+
+// GroupChange is a change of a group's settings; a nil field is left as it is.
+type GroupChange struct {
+	Name *string
+	// Retention is the group's own retention: positive, within the operator's bounds
+	// (store.RetentionPolicy.Allows), or 0 to follow the operator's again.
+	Retention *time.Duration
+}
+
+// ChangeGroup applies ch to a group (owner only), all of it or, when any part is refused,
+// none; a change to what the group already has is no change, and emits no event. It is a
+// Parley extension of the protocol (docs/protocol.md, section 5.6).
+func (s *Service) ChangeGroup(ctx context.Context, me Identity, convID string, ch GroupChange) (protocol.ConversationBrief, error) {
+	if err := s.checkGroupChange(ch); err != nil {
+		return protocol.ConversationBrief{}, err
 	}
 	var out protocol.ConversationBrief
-	err := s.update(ctx, "rename", func(tx store.Tx, ob *outbox) error {
+	err := s.update(ctx, "change group", func(tx store.Tx, ob *outbox) error {
 		c, self, err := loadConvMember(ctx, tx, convID, me.UserID)
 		if err != nil {
 			return err
 		}
 		switch {
-		case c.Type != protocol.TypeGroup:
+		case c.Type != protocol.TypeGroup && ch.Name != nil:
 			return invalid("a direct conversation has no name")
+		case c.Type != protocol.TypeGroup:
+			return invalid("a direct conversation has no retention of its own: the operator's applies")
 		case c.OwnerID != me.UserID:
-			return fmt.Errorf("%w: only the owner renames the group", ErrForbidden)
-		case c.Name == name:
-			out, err = brief(ctx, tx, c, self, nil)
+			return fmt.Errorf("%w: only the owner changes the group's name or retention", ErrForbidden)
+		}
+		was := c
+		if ch.Name != nil {
+			c.Name = *ch.Name
+		}
+		if ch.Retention != nil {
+			c.RetentionMS = ch.Retention.Milliseconds()
+		}
+		if c == was {
+			out, err = s.brief(ctx, tx, c, self, nil)
 			return err
 		}
-		c.Name, c.UpdatedAt = name, s.nowMS()
+		c.UpdatedAt = s.nowMS()
 		if err := tx.UpdateConversation(ctx, c); err != nil {
 			return err
 		}
@@ -439,6 +465,25 @@ func (s *Service) Rename(ctx context.Context, me Identity, convID, name string) 
 		return s.announce(ctx, tx, ob, c, members, nil, nil, me.UserID, &out)
 	})
 	return out, err
+}
+
+// checkGroupChange refuses a name too long or a retention outside the operator's bounds.
+func (s *Service) checkGroupChange(ch GroupChange) error {
+	if ch.Name != nil && len(*ch.Name) > maxNameLen {
+		return invalid("name longer than %d bytes", maxNameLen)
+	}
+	if ch.Retention == nil || *ch.Retention == 0 {
+		return nil
+	}
+	if d := *ch.Retention; d < 0 || !s.retention.Allows(d) {
+		max := "no upper bound"
+		if p := s.retention.GroupMax; p > 0 {
+			max = fmt.Sprintf("at most %d", int64(p/time.Second))
+		}
+		return invalid("retention_seconds must be 0 (the server's retention) or between the server's bounds: at least %d, %s",
+			int64(s.retention.GroupMin/time.Second), max)
+	}
+	return nil
 }
 
 // ListConversations returns one page of the caller's visible conversations, most recently
@@ -458,7 +503,7 @@ func (s *Service) ListConversations(ctx context.Context, me Identity, q PageQuer
 			return err
 		}
 		out.Next, err = fillPage(rest, k, limit, func(m store.Membership) (int, error) {
-			b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+			b, err := s.brief(ctx, tx, m.Conversation, m.Member, nil)
 			if err != nil {
 				return 0, err
 			}
@@ -519,7 +564,7 @@ func (s *Service) GetConversation(ctx context.Context, me Identity, convID strin
 		if err != nil {
 			return err
 		}
-		out, err = brief(ctx, tx, c, m, nil)
+		out, err = s.brief(ctx, tx, c, m, nil)
 		return err
 	})
 	return out, err

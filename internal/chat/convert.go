@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/parleychat/parley/internal/live"
 	"github.com/parleychat/parley/internal/store"
@@ -90,12 +91,13 @@ func unreadOf(c store.Conversation, m store.Member) int64 {
 
 // brief builds the conversation as member m sees it. members may be nil; it is read when
 // needed (direct conversations, for the peer's positions).
-func brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.Member, members []store.Member) (protocol.ConversationBrief, error) {
+func (s *Service) brief(ctx context.Context, tx store.ReadTx, c store.Conversation, m store.Member, members []store.Member) (protocol.ConversationBrief, error) {
 	vf := visibleFrom(m)
 	b := protocol.ConversationBrief{
 		ConvID: c.ID, Type: c.Type, Name: c.Name, OwnerID: c.OwnerID, MembersCount: c.MembersCount,
 		Fanout: protocol.FanoutWrite, MaxSeq: c.MaxSeq, ReadSeq: m.ReadSeq, DeliveredSeq: m.DeliveredSeq,
 		ClearedSeq: m.ClearedSeq, Unread: unreadOf(c, m), UpdatedAt: c.UpdatedAt,
+		RetentionSeconds: int64(store.ConversationRetention(c, s.retention) / time.Second),
 	}
 	if c.ReadFanout() {
 		b.Fanout = protocol.FanoutRead

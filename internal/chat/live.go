@@ -47,7 +47,7 @@ func (s *Service) ReadFanoutState(ctx context.Context, me Identity, mark int64) 
 			if mark < 0 || m.Conversation.Mark <= mark {
 				continue
 			}
-			b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+			b, err := s.brief(ctx, tx, m.Conversation, m.Member, nil)
 			if err != nil {
 				return err
 			}

@@ -84,7 +84,7 @@ func (s *Service) changeLargeGroup(ctx context.Context, tx store.Tx, ob *outbox,
 		joined = append(joined, store.Member{ConvID: c.ID, UserID: u, JoinedAt: now, Ordinal: last, JoinSeq: c.MaxSeq})
 	}
 	if len(joined) == 0 && len(removed) == 0 {
-		*out, err = brief(ctx, tx, c, self, nil)
+		*out, err = s.brief(ctx, tx, c, self, nil)
 		return nil, nil, err
 	}
 	if c.MembersCount+len(joined)-len(removed) > s.cfg.MaxGroupMembers {

@@ -260,7 +260,7 @@ func (s *Service) History(ctx context.Context, me Identity, convID string, q His
 			// message, come from memory.
 			// Unless the oldest of them has expired: the store's read leaves it out.
 			ms, more, ok := s.recent.Page(convID, c.MaxSeq, visibleFrom(m), q.AfterSeq, q.BeforeSeq, q.Limit)
-			if ok && (len(ms) == 0 || ms[0].CreatedAt >= store.RetentionCutoff(s.retention, s.now())) {
+			if ok && (len(ms) == 0 || ms[0].CreatedAt >= store.ConversationCutoff(c, s.retention, s.now())) {
 				page.Messages, page.HasMore = wireMessages(ms), more
 				return nil
 			}

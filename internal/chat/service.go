@@ -87,7 +87,7 @@ type Identity struct {
 // Service implements every chat operation. It is safe for concurrent use.
 type Service struct {
 	st        store.Store
-	retention time.Duration // Options.Retention
+	retention store.RetentionPolicy // Options.Retention
 	hub       *hub.Hub
 	signer    *auth.Signer
 	dirKey    []byte // key of directID
@@ -154,10 +154,11 @@ type Options struct {
 	// default) is a single node, which publishes nothing: nobody would read it. The caller
 	// owns the bus and closes it after the Service's last use.
 	Bus bus.Bus
-	// Retention is the operator's: how long messages are kept (0: for ever). The store's
-	// reads leave expired messages out already (tier.Wrap); the Service needs it only for
-	// what it holds in memory, a large group's newest messages.
-	Retention time.Duration
+	// Retention is the operator's: how long messages are kept (0: for ever), and the bounds
+	// of a group's own. The store's reads leave expired messages out already (tier.Wrap);
+	// the Service needs it for what it holds in memory (a large group's newest messages),
+	// the briefs' retention_seconds, and to check what a group's owner asks (SetRetention).
+	Retention store.RetentionPolicy
 }
 
 // New returns a Service. It starts background work only as its calls need it (Close stops

@@ -53,7 +53,7 @@ func (s *Service) Snapshot(ctx context.Context, me Identity, recent int, q PageQ
 			return err
 		}
 		snap.Next, err = fillPage(rest, k, limit, func(m store.Membership) (int, error) {
-			return snapshotConversation(ctx, tx, &snap, m, recent)
+			return s.snapshotConversation(ctx, tx, &snap, m, recent)
 		})
 		snap.HasMore = snap.Next != ""
 		return err
@@ -64,7 +64,7 @@ func (s *Service) Snapshot(ctx context.Context, me Identity, recent int, q PageQ
 // snapshotConversation adds one conversation, its recent messages and, where the
 // conversation shows readers and is small enough, its members' read positions to snap, and
 // returns about how many bytes it added.
-func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.SyncSnapshot, m store.Membership, recent int) (int, error) {
+func (s *Service) snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.SyncSnapshot, m store.Membership, recent int) (int, error) {
 	c := m.Conversation
 	var members []store.Member
 	if showsReaders(c) && c.MembersCount <= readPositionsLimit {
@@ -78,7 +78,7 @@ func snapshotConversation(ctx context.Context, tx store.ReadTx, snap *protocol.S
 		}
 		snap.ReadPositions[c.ID] = pos
 	}
-	b, err := brief(ctx, tx, c, m.Member, members)
+	b, err := s.brief(ctx, tx, c, m.Member, members)
 	if err != nil {
 		return 0, err
 	}
@@ -173,7 +173,7 @@ func (s *Service) events(ctx context.Context, userID string, cursor, mark int64,
 	resp := protocol.SyncResponse{Cursor: cursor, Mark: mark, Events: []protocol.SyncEvent{}}
 	err := s.view(ctx, "sync", func(tx store.ReadTx) error {
 		if mark >= 0 {
-			if err := readFanoutChanges(ctx, tx, userID, &resp, watched); err != nil {
+			if err := s.readFanoutChanges(ctx, tx, userID, &resp, watched); err != nil {
 				return err
 			}
 		}
@@ -219,7 +219,7 @@ func (s *Service) Events(ctx context.Context, me Identity, cursor int64, limit i
 // readFanoutChanges fills resp's mark and conversations from the store's (store.MarkReader),
 // reading from resp.Mark; with watched, it lists every read-fanout conversation of the user
 // there too.
-func readFanoutChanges(ctx context.Context, tx store.ReadTx, userID string, resp *protocol.SyncResponse, watched *[]string) error {
+func (s *Service) readFanoutChanges(ctx context.Context, tx store.ReadTx, userID string, resp *protocol.SyncResponse, watched *[]string) error {
 	from := resp.Mark
 	if watched != nil {
 		from = -1 // all of them, to watch; the briefs are of those changed since resp.Mark
@@ -235,7 +235,7 @@ func readFanoutChanges(ctx context.Context, tx store.ReadTx, userID string, resp
 		if m.Conversation.Mark <= resp.Mark {
 			continue
 		}
-		b, err := brief(ctx, tx, m.Conversation, m.Member, nil)
+		b, err := s.brief(ctx, tx, m.Conversation, m.Member, nil)
 		if err != nil {
 			return err
 		}

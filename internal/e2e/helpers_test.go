@@ -30,7 +30,7 @@ const deadline = 10 * time.Second
 
 // Exact key sets of the wire objects of docs/protocol.md.
 var (
-	briefKeys       = []string{"conv_id", "type", "name", "owner_id", "members_count", "fanout", "max_seq", "read_seq", "delivered_seq", "cleared_seq", "unread", "last_message", "updated_at"}
+	briefKeys       = []string{"conv_id", "type", "name", "owner_id", "members_count", "fanout", "max_seq", "read_seq", "delivered_seq", "cleared_seq", "unread", "last_message", "updated_at", "retention_seconds"}
 	directBriefKeys = append(slices.Clone(briefKeys), "peer_read_seq", "peer_delivered_seq")
 	messageKeys     = []string{"conv_id", "seq", "msg_id", "client_msg_id", "sender_id", "content_type", "content", "extra", "created_at", "recalled"}
 	ackKeys         = []string{"code", "conv_id", "client_msg_id", "msg_id", "seq", "created_at", "duplicate"}

@@ -34,6 +34,16 @@ func (n *node) page(t testing.TB, token, convID, q string) (seqs []int64, hasMor
 	return seqs, p["has_more"] == true, expiredBefore
 }
 
+// pass runs one tiering pass and fails the test if it fails.
+func (n *node) pass(t testing.TB, what string) tier.PassStats {
+	t.Helper()
+	st, err := n.Sealer.Pass(context.Background())
+	if err != nil {
+		t.Fatalf("pass %s: %v", what, err)
+	}
+	return st
+}
+
 // TestRetention expires a direct conversation's messages, first a sealed run, then a hot
 // one, over real sockets: reads leave them out as soon as they are past the retention,
 // before any pass; a page that reaches them carries expired_before_seq; seqs stay
@@ -63,14 +73,6 @@ func TestRetention(t *testing.T) {
 			}
 		}
 	}
-	pass := func(what string) tier.PassStats {
-		t.Helper()
-		st, err := n.Sealer.Pass(context.Background())
-		if err != nil {
-			t.Fatalf("pass %s: %v", what, err)
-		}
-		return st
-	}
 	collect := func(what string, want int) {
 		t.Helper()
 		gone, err := n.Attachments.Collect(t.Context(), clk.now().Add(25*time.Hour))
@@ -92,7 +94,7 @@ func TestRetention(t *testing.T) {
 	n.ok(t, "POST", "/v1/conversations/"+d+"/read", bob, map[string]any{"seq": 3})
 	// Day 21: 1..7 go cold (8, the newest, stays hot); 9..12 are sent, 10 carrying hotAtt.
 	clk.advance(21 * day)
-	if st := pass("day 21"); st.Messages != 7 || st.Segments != 2 || st.Expired != 0 {
+	if st := n.pass(t, "day 21"); st.Messages != 7 || st.Segments != 2 || st.Expired != 0 {
 		t.Fatalf("pass on day 21: %+v, want 1..7 sealed in two segments and nothing expired", st)
 	}
 	sendN(9, 12, 10, hotAtt)
@@ -127,7 +129,7 @@ func TestRetention(t *testing.T) {
 		collect("before the pass", 0)
 	})
 	t.Run("the pass deletes the cold ones and uncounts their attachment", func(t *testing.T) {
-		st := pass("day 35")
+		st := n.pass(t, "day 35")
 		if st.Expired != 9 || st.ExpiredSegments != 2 || st.Messages != 0 {
 			t.Fatalf("pass on day 35: %+v, want the two segments of 1..7, the hot 8 and quiet's hot 1 expired, nothing sealed", st)
 		}
@@ -135,7 +137,7 @@ func TestRetention(t *testing.T) {
 		n.fail(t, http.StatusNotFound, "GET", "/v1/attachments/"+coldAtt, alice, nil)
 		n.ok(t, "GET", "/v1/attachments/"+hotAtt, alice, nil)
 		wantPage("the whole history", "limit=50", "[9 10 11 12 13 14 15]", false, 9)
-		if st := pass("day 35 again"); st.Expired != 0 || st.Orphans != 0 {
+		if st := n.pass(t, "day 35 again"); st.Expired != 0 || st.Orphans != 0 {
 			t.Errorf("a second pass: %+v, want nothing", st)
 		}
 	})
@@ -145,7 +147,7 @@ func TestRetention(t *testing.T) {
 	t.Run("expired hot messages", func(t *testing.T) {
 		wantPage("the whole history", "limit=50", "[13 14 15]", false, 13)
 		collect("before the pass", 0)
-		st := pass("day 52")
+		st := n.pass(t, "day 52")
 		if st.Expired != 4 || st.ExpiredSegments != 0 {
 			t.Fatalf("pass on day 52: %+v, want the 4 hot messages 9..12 expired", st)
 		}

@@ -517,8 +517,11 @@ func decodeRenameRequest(data []byte) (protocol.RenameRequest, error) {
 	if err := decodeObject(data, &req); err != nil {
 		return req, err
 	}
-	if req.Name == nil {
-		return req, invalidf("name is required")
+	switch r := req.RetentionSeconds; {
+	case req.Name == nil && r == nil:
+		return req, invalidf("name or retention_seconds is required")
+	case r != nil && (*r < 0 || *r > protocol.MaxRetentionSeconds):
+		return req, invalidf("retention_seconds must be 0 (the server's retention) or a positive number of seconds up to %d", protocol.MaxRetentionSeconds)
 	}
 	return req, nil
 }

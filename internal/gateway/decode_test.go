@@ -249,6 +249,11 @@ func TestDecodeOtherRequests(t *testing.T) {
 		{"group over the list limit", errOnly(decodeCreateConversationRequest), `{"type":"group","members":[` + idList("u", protocol.MaxRequestListLen+1) + `]}`, 400},
 		{"rename", errOnly(decodeRenameRequest), `{"name":""}`, 0},
 		{"rename missing", errOnly(decodeRenameRequest), `{}`, 400},
+		{"retention", errOnly(decodeRenameRequest), `{"retention_seconds":3600}`, 0},
+		{"retention cleared, with a name", errOnly(decodeRenameRequest), `{"name":"n","retention_seconds":0}`, 0},
+		{"retention negative", errOnly(decodeRenameRequest), `{"retention_seconds":-1}`, 400},
+		{"retention too long", errOnly(decodeRenameRequest), `{"retention_seconds":9223372037}`, 400},
+		{"retention not a number", errOnly(decodeRenameRequest), `{"retention_seconds":"1h"}`, 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -371,8 +371,13 @@ func (g *Gateway) renameConversation(r *http.Request, body []byte, me chat.Ident
 		return 0, nil, err
 	}
 	var c protocol.ConversationBrief
+	ch := chat.GroupChange{Name: req.Name}
+	if req.RetentionSeconds != nil {
+		d := time.Duration(*req.RetentionSeconds) * time.Second
+		ch.Retention = &d
+	}
 	err = g.convChangeLimited(r.Context(), convID, func() (err error) {
-		c, err = g.svc.Rename(r.Context(), me, convID, *req.Name)
+		c, err = g.svc.ChangeGroup(r.Context(), me, convID, ch)
 		return err
 	})
 	return http.StatusOK, c, err

@@ -56,6 +56,7 @@ type Metrics struct {
 	pushLag       prometheus.Histogram
 
 	tierSealed   prometheus.Counter
+	tierExpired  prometheus.Counter
 	tierSegments prometheus.Counter
 	tierRaw      prometheus.Counter
 	tierStored   prometheus.Counter
@@ -161,6 +162,10 @@ func New() *Metrics {
 			Name: "parley_tier_sealed_messages_total",
 			Help: "Messages moved from the hot store into cold segments.",
 		}),
+		tierExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_tier_expired_messages_total",
+			Help: "Messages deleted by retention (the operator's or a group's own), hot or cold.",
+		}),
 		tierSegments: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parley_tier_segments_total",
 			Help: "Cold segments sealed.",
@@ -187,7 +192,7 @@ func New() *Metrics {
 		}),
 	}
 	m.reg.MustRegister(
-		m.tierSealed, m.tierSegments, m.tierRaw, m.tierStored, m.tierReads, m.tierPasses, m.tierLastPass,
+		m.tierSealed, m.tierExpired, m.tierSegments, m.tierRaw, m.tierStored, m.tierReads, m.tierPasses, m.tierLastPass,
 		m.pushSent, m.pushFailed, m.pushRetried, m.pushGaveUp, m.pushCollapsed, m.pushRemoved, m.pushLag,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -370,6 +375,9 @@ func (m *Metrics) SegmentSealed(n int, raw, stored int64) {
 	m.tierRaw.Add(float64(raw))
 	m.tierStored.Add(float64(stored))
 }
+
+// MessagesExpired counts messages deleted by retention (tier.Observer).
+func (m *Metrics) MessagesExpired(n int) { m.tierExpired.Add(float64(n)) }
 
 // SegmentRead counts a read of a cold segment (tier.Observer).
 func (m *Metrics) SegmentRead(hit bool) {

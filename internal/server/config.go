@@ -63,7 +63,9 @@ type Config struct {
 	Attach attach.Config
 	// Tier is the cold tier of history: messages older than Tier.HotWindow move into
 	// segments in the blob store (0, the zero Config's, keeps every message hot), and
-	// messages older than Tier.Retention are deleted from both tiers (0 keeps them all).
+	// messages older than Tier.Retention are deleted from both tiers (0 keeps them all),
+	// or than a group's own retention, which its owner sets within
+	// [Tier.GroupRetentionMin, Tier.GroupRetentionMax] (a max of 0: no upper bound).
 	Tier tier.Config
 	// Store, if set, is an open store used instead of the embedded one in Data; the caller
 	// closes it. Data still holds the node's keys (token signing, direct ids, admin secret),
@@ -74,7 +76,7 @@ type Config struct {
 // DefaultConfig returns the defaults for a node storing in dataDir.
 func DefaultConfig(dataDir string) Config {
 	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig(), Push: DefaultPushConfig(),
-		Tier: tier.Config{HotWindow: tier.DefaultHotWindow}}
+		Tier: tier.Config{HotWindow: tier.DefaultHotWindow, GroupRetentionMin: tier.DefaultGroupRetentionMin}}
 }
 
 // MinAdminSecret is the shortest AdminSecret accepted, in bytes: the secret is the whole of
@@ -120,6 +122,12 @@ func (c Config) Validate() error {
 	}
 	if c.Tier.HotWindow < 0 || c.Tier.CacheBytes < 0 || c.Tier.Retention < 0 {
 		bad("Tier", "HotWindow, CacheBytes and Retention must not be negative (a HotWindow of 0 keeps every message hot, a Retention of 0 keeps every message)")
+	}
+	switch r := c.Tier; {
+	case r.GroupRetentionMin < 0 || r.GroupRetentionMax < 0:
+		bad("Tier", "GroupRetentionMin and GroupRetentionMax must not be negative (a GroupRetentionMax of 0 sets no upper bound)")
+	case r.GroupRetentionMax > 0 && r.GroupRetentionMin > r.GroupRetentionMax:
+		bad("Tier", "GroupRetentionMin (%v) must not be above GroupRetentionMax (%v)", r.GroupRetentionMin, r.GroupRetentionMax)
 	}
 	switch {
 	case c.Bus == nil && c.BusURL == "" && !c.BusAuth.IsZero():

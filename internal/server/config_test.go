@@ -24,6 +24,8 @@ func TestValidateSpeaksConfig(t *testing.T) {
 		{"relaxed postgres", func(c *Config) { c.Engine, c.PostgresURL, c.Relaxed = "postgres", "postgres://x/y", true }, "Relaxed", "embedded"},
 		{"bus auth without bus", func(c *Config) { c.BusAuth.CredsFile = "/x.creds" }, "BusAuth", "BusURL"},
 		{"push content", func(c *Config) { c.Push.Content = "all" }, "Push.Content", "none or preview"},
+		{"negative group retention", func(c *Config) { c.Tier.GroupRetentionMin = -time.Hour }, "Tier", "GroupRetentionMin and GroupRetentionMax must not be negative"},
+		{"group retention min above max", func(c *Config) { c.Tier.GroupRetentionMax = time.Minute }, "Tier", "GroupRetentionMin (1h0m0s) must not be above GroupRetentionMax (1m0s)"},
 		{"apns half configured", func(c *Config) { c.Push.APNsKeyFile = "k.p8" }, "Push.APNsKeyFile", "Push.APNsTopic"},
 	}
 	for _, tc := range tests {

@@ -164,6 +164,9 @@ type Conversation struct {
 	// Mark is, for a read-fanout conversation, the store-wide change mark of its latest
 	// message (MarkReader); 0 before its first one.
 	Mark int64
+	// RetentionMS is the group's own retention, set by its owner, in ms; 0 follows the
+	// operator's (ConversationRetention has the one that applies).
+	RetentionMS int64
 }
 
 // ReadFanout reports whether c's messages from now on are stored once, without events.

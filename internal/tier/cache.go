@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 
@@ -24,8 +25,10 @@ type cache struct {
 	max   int64
 	obs   Observer
 	load  singleflight.Group
-	// cutoff is the retention's: reads leave out the messages created before it (0: none).
-	cutoff func() int64
+	// policy and now are the retention's: reads leave out the messages created before
+	// their conversation's cutoff (store.ConversationCutoff).
+	policy store.RetentionPolicy
+	now    func() time.Time
 
 	mu    sync.Mutex
 	size  int64
@@ -43,7 +46,7 @@ func newCache(blobs blob.Store, max int64, obs Observer) *cache {
 	if max <= 0 {
 		max = DefaultCacheBytes
 	}
-	return &cache{blobs: blobs, max: max, obs: obs, cutoff: func() int64 { return 0 }, order: list.New(), items: make(map[string]*list.Element)}
+	return &cache{blobs: blobs, max: max, obs: obs, now: time.Now, order: list.New(), items: make(map[string]*list.Element)}
 }
 
 // messages returns the decoded messages of seg, from the cache or the blob store. The

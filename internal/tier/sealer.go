@@ -20,11 +20,16 @@ const (
 	DefaultMinMessages     = 256
 	DefaultInterval        = 10 * time.Minute
 	DefaultParallel        = 4
+	// DefaultGroupRetentionMin is the flag's default shortest retention a group's owner
+	// may set; Config's zero sets no lower bound.
+	DefaultGroupRetentionMin = time.Hour
 )
 
-// Config configures the tier. A zero field but HotWindow takes its default.
+// Config configures the tier. A zero field but HotWindow and the retentions takes its
+// default.
 type Config struct {
-	// HotWindow is how long a message stays hot; 0 keeps every message hot (no Sealer).
+	// HotWindow is how long a message stays hot; 0 keeps every message hot (the Sealer
+	// then only expires messages).
 	HotWindow time.Duration
 	// CacheBytes bounds the decoded segments kept in memory (DefaultCacheBytes).
 	CacheBytes int64
@@ -38,6 +43,10 @@ type Config struct {
 	// for ever. Reads leave an expired message out at once (Wrap) and each pass deletes
 	// what has expired, before it seals.
 	Retention time.Duration
+	// GroupRetentionMin and GroupRetentionMax bound the retention a group's owner may give
+	// the group instead of Retention (store.RetentionPolicy); a GroupRetentionMax of 0 sets
+	// no upper bound.
+	GroupRetentionMin, GroupRetentionMax time.Duration
 	// Interval is the time between passes.
 	Interval time.Duration
 	// Parallel is how many conversations a pass seals at once. Sealing one segment waits
@@ -58,6 +67,11 @@ type Config struct {
 // over a large store removes millions, and batches of 10,000 held the writer for tens of
 // milliseconds at a time; batches of 1,000 interleave with the sends.
 const pruneBatch = 1_000
+
+// RetentionPolicy returns the retention c configures.
+func (c Config) RetentionPolicy() store.RetentionPolicy {
+	return store.RetentionPolicy{Default: c.Retention, GroupMin: c.GroupRetentionMin, GroupMax: c.GroupRetentionMax}
+}
 
 // Sealer moves messages older than the hot window into segments, one pass at a time.
 type Sealer struct {
@@ -141,7 +155,7 @@ type PassStats struct {
 	Expired, ExpiredSegments int
 }
 
-// Pass deletes every conversation's messages past the retention, then seals those older
+// Pass deletes every conversation's messages past its retention, then seals those older
 // than the hot window, but each conversation's newest message (conversation lists show
 // it), into segments. It first removes what a crashed pass left (pending entries and their
 // blobs, those of an expiry included) and the sync events that name the messages it is
@@ -158,7 +172,6 @@ func (s *Sealer) pass(ctx context.Context, st *PassStats) error {
 		return err
 	}
 	now := s.now()
-	expireBefore := store.RetentionCutoff(s.cfg.Retention, now)
 	cutoff := now.Add(-s.cfg.HotWindow).UnixMilli()
 	for s.cfg.HotWindow > 0 {
 		n, err := s.st.PruneEvents(ctx, cutoff, pruneBatch)
@@ -181,11 +194,9 @@ func (s *Sealer) pass(ctx context.Context, st *PassStats) error {
 		if len(ids) == 0 {
 			return nil
 		}
-		if expireBefore > 0 {
-			for _, id := range ids {
-				if err := s.expireConversation(ctx, id, expireBefore, now.UnixMilli(), st); err != nil {
-					return fmt.Errorf("expire conversation %s: %w", id, err)
-				}
+		for _, id := range ids { // every pass: a group may have its own retention whatever the operator's
+			if err := s.expireConversation(ctx, id, now, st); err != nil {
+				return fmt.Errorf("expire conversation %s: %w", id, err)
 			}
 		}
 		if s.cfg.HotWindow > 0 {
@@ -275,12 +286,26 @@ func (s *Sealer) drop(ctx context.Context, key string) error {
 	return err
 }
 
-// expireConversation deletes convID's messages created before cutoff: first its sealed
-// segments wholly past it, oldest first, then its hot messages past it, a batch at a
-// time. A segment only partly past it stays, reads leaving out its expired part, until a
-// later pass finds all of it expired; every hot message is newer than it, so none goes
-// meanwhile. at is the pass's time, when the attachments of what goes become idle.
-func (s *Sealer) expireConversation(ctx context.Context, convID string, cutoff, at int64, st *PassStats) error {
+// expireConversation deletes convID's messages created before its cutoff at now
+// (store.ConversationCutoff): first its sealed segments wholly past it, oldest first, then
+// its hot messages past it, a batch at a time. A segment only partly past it stays, reads
+// leaving out its expired part, until a later pass finds all of it expired; every hot
+// message is newer than it, so none goes meanwhile. now is also when the attachments of
+// what goes become idle.
+func (s *Sealer) expireConversation(ctx context.Context, convID string, now time.Time, st *PassStats) error {
+	var cutoff int64
+	err := s.st.View(ctx, func(tx store.ReadTx) error {
+		c, err := tx.Conversation(ctx, convID)
+		cutoff = store.ConversationCutoff(c, s.cfg.RetentionPolicy(), now)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // deleted meanwhile
+	}
+	if err != nil || cutoff == 0 { // 0: kept for ever
+		return err
+	}
+	at := now.UnixMilli()
 	for {
 		var segs []store.Segment
 		if err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
@@ -330,6 +355,7 @@ func (s *Sealer) expireConversation(ctx context.Context, convID string, cutoff, 
 		}
 		s.step(StepExpiredHot)
 		st.Expired += n
+		s.obs.MessagesExpired(n)
 		if !more {
 			return nil
 		}
@@ -366,6 +392,7 @@ func (s *Sealer) expireSegment(ctx context.Context, seg store.Segment, at int64,
 	s.step(StepExpired)
 	st.ExpiredSegments++
 	st.Expired += seg.Count
+	s.obs.MessagesExpired(seg.Count)
 	return nil
 }
 

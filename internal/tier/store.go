@@ -30,12 +30,14 @@ type Store struct {
 // Wrap returns st reading its cold tier from blobs, with a segment cache of cacheBytes
 // (DefaultCacheBytes if 0). A store with no segment answers as st does.
 //
-// With a retention (cfg.Retention > 0) every read it completes also leaves out the
-// messages past it on now's clock, hot or cold, before the retention pass deletes them:
-// Message answers ErrNotFound, Messages and MessageAt answer from the first message kept,
-// and a "message" event of Events has no Message, as one the pass already deleted. That is
-// the one place expiry is decided for reads, so that history, jumps, receipts, recalls and
-// sync agree.
+// Every read it completes also leaves out the messages past their conversation's
+// retention (store.ConversationRetention under cfg.RetentionPolicy) on now's clock, hot or
+// cold, before the retention pass deletes them: Message answers ErrNotFound, Messages and
+// MessageAt answer from the first message kept, and a "message" event of Events has no
+// Message, as one the pass already deleted. That is the one place expiry is decided for
+// reads, so that history, jumps, receipts, recalls and sync agree. A read reads the
+// conversation for its retention only when a message it returns (or the time it asks) is
+// older than the shortest retention any conversation can have (RetentionPolicy.KeptAfter).
 func Wrap(st store.Store, blobs blob.Store, cfg Config, now func() time.Time, obs Observer) *Store {
 	if obs == nil {
 		obs = nopObserver{}
@@ -44,7 +46,7 @@ func Wrap(st store.Store, blobs blob.Store, cfg Config, now func() time.Time, ob
 		now = time.Now
 	}
 	c := newCache(blobs, cfg.CacheBytes, obs)
-	c.cutoff = func() int64 { return store.RetentionCutoff(cfg.Retention, now()) }
+	c.policy, c.now = cfg.RetentionPolicy(), now
 	return &Store{Store: st, cache: c}
 }
 
@@ -79,11 +81,15 @@ func (t readTx) Messages(ctx context.Context, convID string, r store.MessageRang
 }
 
 func (t readTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
-	return t.c.messageAt(ctx, t.ReadTx, convID, max(ts, t.c.cutoff()))
+	return t.c.keptAt(ctx, t.ReadTx, convID, ts)
 }
 
 func (t readTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
-	return t.c.keptEvents(t.ReadTx.Events(ctx, userID, after, limit))
+	es, err := t.ReadTx.Events(ctx, userID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return t.c.keptEvents(ctx, t.ReadTx, es)
 }
 
 type writeTx struct {
@@ -103,11 +109,15 @@ func (t writeTx) Messages(ctx context.Context, convID string, r store.MessageRan
 }
 
 func (t writeTx) MessageAt(ctx context.Context, convID string, ts int64) (int64, error) {
-	return t.c.messageAt(ctx, t.Tx, convID, max(ts, t.c.cutoff()))
+	return t.c.keptAt(ctx, t.Tx, convID, ts)
 }
 
 func (t writeTx) Events(ctx context.Context, userID string, after int64, limit int) ([]store.Event, error) {
-	return t.c.keptEvents(t.Tx.Events(ctx, userID, after, limit))
+	es, err := t.Tx.Events(ctx, userID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return t.c.keptEvents(ctx, t.Tx, es)
 }
 
 // RecallMessage recalls a hot message as the backend does, and a cold one by writing its
@@ -125,13 +135,53 @@ func (t writeTx) RecallMessage(ctx context.Context, convID string, seq, at int64
 	return t.Tx.PutOverlay(ctx, m, at)
 }
 
+// cutoff returns the Unix ms before which convID's messages have expired (0: none), for a
+// read whose oldest message, or the time it asks, is oldest: it reads the conversation
+// only when oldest is before what every conversation keeps.
+func (c *cache) cutoff(ctx context.Context, tx store.ReadTx, convID string, oldest int64) (int64, error) {
+	now := c.now()
+	if oldest >= c.policy.KeptAfter(now) {
+		return 0, nil
+	}
+	return c.conversationCutoff(ctx, tx, convID, now)
+}
+
+// conversationCutoff is convID's store.ConversationCutoff at now; 0 for a conversation
+// that does not exist (the read it serves answers as for any other).
+func (c *cache) conversationCutoff(ctx context.Context, tx store.ReadTx, convID string, now time.Time) (int64, error) {
+	conv, err := tx.Conversation(ctx, convID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return store.ConversationCutoff(conv, c.policy, now), nil
+}
+
 // kept is Message without expired messages.
 func (c *cache) kept(ctx context.Context, tx store.ReadTx, convID string, seq int64) (store.Message, error) {
 	m, err := c.message(ctx, tx, convID, seq)
-	if err == nil && m.CreatedAt < c.cutoff() {
+	if err != nil {
+		return m, err
+	}
+	cutoff, err := c.cutoff(ctx, tx, convID, m.CreatedAt)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if m.CreatedAt < cutoff {
 		return store.Message{}, fmt.Errorf("tier: message %s/%d has expired: %w", convID, seq, store.ErrNotFound)
 	}
-	return m, err
+	return m, nil
+}
+
+// keptAt is MessageAt without expired messages: at ts or the cutoff, whichever is later.
+func (c *cache) keptAt(ctx context.Context, tx store.ReadTx, convID string, ts int64) (int64, error) {
+	cutoff, err := c.cutoff(ctx, tx, convID, ts)
+	if err != nil {
+		return 0, err
+	}
+	return c.messageAt(ctx, tx, convID, max(ts, cutoff))
 }
 
 // keptPage is Messages without expired messages. It costs nothing while the page's first
@@ -139,9 +189,15 @@ func (c *cache) kept(ctx context.Context, tx store.ReadTx, convID string, seq in
 // range's floor and the page is read again from there, once.
 func (c *cache) keptPage(ctx context.Context, tx store.ReadTx, convID string, r store.MessageRange) ([]store.Message, error) {
 	ms, err := c.page(ctx, tx, convID, r)
-	cutoff := c.cutoff()
-	if err != nil || len(ms) == 0 || ms[0].CreatedAt >= cutoff {
+	if err != nil || len(ms) == 0 {
 		return ms, err
+	}
+	cutoff, err := c.cutoff(ctx, tx, convID, ms[0].CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	if ms[0].CreatedAt >= cutoff {
+		return ms, nil
 	}
 	first, err := c.messageAt(ctx, tx, convID, cutoff)
 	if errors.Is(err, store.ErrNotFound) {
@@ -154,15 +210,33 @@ func (c *cache) keptPage(ctx context.Context, tx store.ReadTx, convID string, r 
 	return c.page(ctx, tx, convID, r)
 }
 
-// keptEvents drops the Message of every "message" event of es whose message has expired.
-func (c *cache) keptEvents(es []store.Event, err error) ([]store.Event, error) {
-	cutoff := c.cutoff()
+// keptEvents drops the Message of every "message" event of es whose message has expired,
+// reading each conversation of an old enough message once.
+func (c *cache) keptEvents(ctx context.Context, tx store.ReadTx, es []store.Event) ([]store.Event, error) {
+	now := c.now()
+	kept := c.policy.KeptAfter(now)
+	var cutoffs map[string]int64
 	for i := range es {
-		if m := es[i].Message; m != nil && m.CreatedAt < cutoff {
+		m := es[i].Message
+		if m == nil || m.CreatedAt >= kept {
+			continue
+		}
+		cutoff, ok := cutoffs[m.ConvID]
+		if !ok {
+			var err error
+			if cutoff, err = c.conversationCutoff(ctx, tx, m.ConvID, now); err != nil {
+				return nil, err
+			}
+			if cutoffs == nil {
+				cutoffs = make(map[string]int64)
+			}
+			cutoffs[m.ConvID] = cutoff
+		}
+		if m.CreatedAt < cutoff {
 			es[i].Message = nil
 		}
 	}
-	return es, err
+	return es, nil
 }
 
 // message is Message: the hot row, else the cold message.
@@ -203,7 +277,8 @@ func (c *cache) cold(ctx context.Context, tx store.ReadTx, convID string, seq in
 // page is Messages. The hot messages are a gapless run that ends at the conversation's
 // newest, so the backend's answer is whole unless it stops short of the low end of the
 // range asked: then the cold messages below its first (or below BeforeSeq, or all of the
-// range when it found none) complete it.
+// range when it found none) complete it. The sealed segments are a gapless run too, but
+// for a prefix retention deleted: a page from a seq in it starts at the first segment.
 func (c *cache) page(ctx context.Context, tx store.ReadTx, convID string, r store.MessageRange) ([]store.Message, error) {
 	hot, err := tx.Messages(ctx, convID, r)
 	if err != nil || r.Limit <= 0 {
@@ -235,6 +310,13 @@ func (c *cache) page(ctx context.Context, tx store.ReadTx, convID string, r stor
 	if len(hot) > 0 {
 		to = hot[0].Seq - 1
 	}
+	segs, err := tx.Segments(ctx, convID, from, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(segs) > 0 && segs[0].FirstSeq > from {
+		from = segs[0].FirstSeq // the seqs below it are gone: retention deleted their segments
+	}
 	cold, err := c.coldRange(ctx, tx, convID, from, min(to, from+int64(r.Limit)-1))
 	if err != nil {
 		return nil, err
@@ -247,6 +329,7 @@ func (c *cache) page(ctx context.Context, tx store.ReadTx, convID string, r stor
 // its overlay's version where it has one.
 func (c *cache) coldRange(ctx context.Context, tx store.ReadTx, convID string, from, to int64) ([]store.Message, error) {
 	var out []store.Message
+scan:
 	for from <= to {
 		segs, err := tx.Segments(ctx, convID, from, 8)
 		if err != nil {
@@ -257,7 +340,10 @@ func (c *cache) coldRange(ctx context.Context, tx store.ReadTx, convID string, f
 		}
 		for _, seg := range segs {
 			if seg.FirstSeq > to {
-				break
+				// Past the range: what it asked below this segment is gone (retention
+				// deleted the segments before it), and asking again from the same seq
+				// would find this one again for ever.
+				break scan
 			}
 			ms, err := c.messages(ctx, seg)
 			if err != nil {

@@ -136,10 +136,15 @@ func encodeConversation(b []byte, c store.Conversation) []byte {
 	b = appendVarint(b, int64(c.MembersCount))
 	b = appendVarint(b, c.CreatedAt)
 	b = appendVarint(b, c.UpdatedAt)
-	if c.ReadFrom != 0 {
+	if c.ReadFrom != 0 || c.RetentionMS != 0 {
 		// Only read-fanout conversations carry these, so a write-fanout row keeps the bytes
 		// of earlier versions and they still read it.
 		b = appendVarint(appendVarint(b, c.ReadFrom), c.Mark)
+	}
+	if c.RetentionMS != 0 {
+		// Likewise only a group with its own retention carries it: a record without it
+		// (every record of earlier versions) reads as 0, the operator's.
+		b = appendVarint(b, c.RetentionMS)
 	}
 	return b
 }
@@ -157,6 +162,9 @@ func decodeConversation(v []byte, id string) (store.Conversation, error) {
 	c.UpdatedAt = d.varint()
 	if d.err == nil && len(d.b) > 0 {
 		c.ReadFrom, c.Mark = d.varint(), d.varint()
+	}
+	if d.err == nil && len(d.b) > 0 {
+		c.RetentionMS = d.varint()
 	}
 	return c, d.done()
 }

@@ -114,6 +114,10 @@ func migrations() [][]string {
 		// ConversationIDs pages the ids in byte order, as the embedded engines do, whatever
 		// the database's collation (the primary key's).
 		`CREATE INDEX conversations_by_id_bytes ON conversations (id COLLATE "C")`,
+	}, {
+		// v7: a group's own retention, set by its owner, in ms (store.Conversation
+		// RetentionMS); 0 follows the operator's.
+		`ALTER TABLE conversations ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0`,
 	}}
 }
 

@@ -15,7 +15,7 @@ import (
 // Column lists shared by several statements, in the order the scan helpers read them.
 const (
 	userCols   = `id, name, token_gen, created_at`
-	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
+	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark, retention_ms`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
 	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions, attachment_id`
 )
@@ -76,9 +76,9 @@ func (t readTx) Conversation(ctx context.Context, id string) (store.Conversation
 // CreateConversation implements store.ConversationWriter.
 func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) error {
 	tag, err := t.tx.Exec(ctx, `INSERT INTO conversations (`+convCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
 		c.ID, c.Type, c.Name, c.OwnerID, c.ReadDetail, c.MaxSeq, c.MembersCount, c.CreatedAt,
-		c.UpdatedAt, c.ReadFrom, c.Mark)
+		c.UpdatedAt, c.ReadFrom, c.Mark, c.RetentionMS)
 	return expectOne(tag, err, store.ErrExists, "create conversation %q", c.ID)
 }
 
@@ -86,9 +86,9 @@ func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) e
 func (t writeTx) UpdateConversation(ctx context.Context, c store.Conversation) error {
 	tag, err := t.tx.Exec(ctx, `UPDATE conversations SET type = $1, name = $2, owner_id = $3,
 		read_detail = $4, max_seq = $5, members_count = $6, created_at = $7, updated_at = $8,
-		read_from = $9, mark = $10 WHERE id = $11`,
+		read_from = $9, mark = $10, retention_ms = $11 WHERE id = $12`,
 		c.Type, c.Name, c.OwnerID, c.ReadDetail, c.MaxSeq, c.MembersCount, c.CreatedAt,
-		c.UpdatedAt, c.ReadFrom, c.Mark, c.ID)
+		c.UpdatedAt, c.ReadFrom, c.Mark, c.RetentionMS, c.ID)
 	return expectOne(tag, err, store.ErrNotFound, "update conversation %q", c.ID)
 }
 
@@ -128,7 +128,7 @@ func (t readTx) LastOrdinal(ctx context.Context, convID string) (int64, error) {
 const membershipsSQL = `SELECT m.conv_id, m.user_id, m.joined_at, m.ordinal, m.join_seq,
 	m.cleared_seq, m.read_seq, m.delivered_seq, m.hidden,
 	c.id, c.type, c.name, c.owner_id, c.read_detail, c.max_seq, c.members_count,
-	c.created_at, c.updated_at, c.read_from, c.mark
+	c.created_at, c.updated_at, c.read_from, c.mark, c.retention_ms
 	FROM members m JOIN conversations c ON c.id = m.conv_id
 	WHERE m.user_id = $1`
 

@@ -106,7 +106,7 @@ const (
 // Column lists shared by several statements, in the order the scan helpers read them.
 const (
 	userCols   = `id, name, token_gen, created_at`
-	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark`
+	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark, retention_ms`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
 	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions, attachment_id`
 	attCols    = `id, owner_id, state, size, created_at, mime_type, sha256, width, height, duration_ms,
@@ -180,10 +180,10 @@ func statementSQL() [numStmts]string {
 		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
 		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
 		stCreateConversation: `INSERT INTO conversations (` + convCols + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		stUpdateConversation: `UPDATE conversations SET type = ?, name = ?, owner_id = ?,
 			read_detail = ?, max_seq = ?, members_count = ?, created_at = ?, updated_at = ?,
-			read_from = ?, mark = ? WHERE id = ?`,
+			read_from = ?, mark = ?, retention_ms = ? WHERE id = ?`,
 		stPutMember: `INSERT INTO members (` + memberCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (conv_id, user_id) DO UPDATE SET joined_at = excluded.joined_at,
 			ordinal = excluded.ordinal, join_seq = excluded.join_seq,
@@ -288,7 +288,7 @@ func dropAttachmentRefSQL(carrier string) string {
 const membershipsSQL = `SELECT m.conv_id, m.user_id, m.joined_at, m.ordinal, m.join_seq,
 	m.cleared_seq, m.read_seq, m.delivered_seq, m.hidden,
 	c.id, c.type, c.name, c.owner_id, c.read_detail, c.max_seq, c.members_count,
-	c.created_at, c.updated_at, c.read_from, c.mark
+	c.created_at, c.updated_at, c.read_from, c.mark, c.retention_ms
 	FROM members m JOIN conversations c ON c.id = m.conv_id
 	WHERE m.user_id = ?`
 

@@ -136,6 +136,10 @@ func migrations() [][]string {
 			PRIMARY KEY (conv_id, seq)
 		) WITHOUT ROWID`,
 		`CREATE INDEX sealed_refs_by_attachment ON sealed_refs (attachment_id, conv_id, seq)`,
+	}, {
+		// v10: a group's own retention, set by its owner, in ms (store.Conversation
+		// RetentionMS); 0 follows the operator's.
+		`ALTER TABLE conversations ADD COLUMN retention_ms INTEGER NOT NULL DEFAULT 0`,
 	}}
 }
 

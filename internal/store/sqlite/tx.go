@@ -73,7 +73,7 @@ func (t readTx) Conversation(ctx context.Context, id string) (store.Conversation
 // CreateConversation implements store.ConversationWriter.
 func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) error {
 	_, err := t.q.exec(ctx, stCreateConversation, c.ID, c.Type, c.Name, c.OwnerID, c.ReadDetail,
-		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.Mark)
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.Mark, c.RetentionMS)
 	if err != nil {
 		return t.q.fail(err, "create conversation %q", c.ID)
 	}
@@ -83,7 +83,7 @@ func (t writeTx) CreateConversation(ctx context.Context, c store.Conversation) e
 // UpdateConversation implements store.ConversationWriter.
 func (t writeTx) UpdateConversation(ctx context.Context, c store.Conversation) error {
 	res, err := t.q.exec(ctx, stUpdateConversation, c.Type, c.Name, c.OwnerID, c.ReadDetail,
-		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.Mark, c.ID)
+		c.MaxSeq, c.MembersCount, c.CreatedAt, c.UpdatedAt, c.ReadFrom, c.Mark, c.RetentionMS, c.ID)
 	return t.expectOne(res, err, "update conversation %q", c.ID)
 }
 

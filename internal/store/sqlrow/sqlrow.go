@@ -13,7 +13,7 @@ import (
 type Row interface{ Scan(dest ...any) error }
 
 // Conversation reads id, type, name, owner_id, read_detail, max_seq, members_count,
-// created_at, updated_at, read_from, mark.
+// created_at, updated_at, read_from, mark, retention_ms.
 func Conversation(r Row) (store.Conversation, error) {
 	var c store.Conversation
 	err := r.Scan(conversationDest(&c)...)
@@ -108,7 +108,7 @@ func (d mentionsDest) Scan(src any) error {
 
 func conversationDest(c *store.Conversation) []any {
 	return []any{&c.ID, &c.Type, &c.Name, &c.OwnerID, &c.ReadDetail, &c.MaxSeq, &c.MembersCount,
-		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark}
+		&c.CreatedAt, &c.UpdatedAt, &c.ReadFrom, &c.Mark, &c.RetentionMS}
 }
 
 func memberDest(m *store.Member) []any {

@@ -62,6 +62,7 @@ func harnessTests() []struct {
 		{"Lifecycle/ReopenKeepsEverything", testReopenKeepsEverything},
 		{"Lifecycle/KeptTxIsRefused", testKeptTxIsRefused},
 		{"Lifecycle/AppendAfterReopen", testAppendAfterReopen},
+		{"Conversations/RetentionAfterReopen", testConversationRetention},
 		{"Append/RowsAfterSends", testAppendRowsAfterSends},
 		{"Append/ReadFanout", testAppendReadFanout},
 		{"Append/ReadFanoutMarks", testReadFanoutMarks},
