@@ -119,11 +119,23 @@ func (c *wsConn) presenceOp(ctx context.Context, op string, params any) (any, er
 		if err != nil {
 			return nil, err
 		}
-		if _, err := w.Watch(follow, p.Replace); err != nil {
+		es, err := w.Watch(follow, p.Replace)
+		if err != nil {
 			if errors.Is(err, presence.ErrTooMany) {
 				err = fmt.Errorf("%w: %v", chat.ErrConflict, err)
 			}
 			return nil, err
+		}
+		// The answer is what the watcher was handed, so that the changes pushed after it
+		// follow from it (a change held back by coalescing is pushed, not answered).
+		shown := make(map[string]protocol.Presence, len(es))
+		for _, e := range es {
+			shown[e.UserID] = wirePresence(e)
+		}
+		for i := range out {
+			if e, ok := shown[out[i].UserID]; ok {
+				out[i] = e
+			}
 		}
 		return protocol.PresenceList{Presence: out}, nil
 	}
