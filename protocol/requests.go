@@ -152,3 +152,64 @@ type ReplyFrame struct {
 	Error      string `json:"error,omitempty"`
 	RetryAfter int    `json:"retry_after,omitempty"`
 }
+
+// Presence (section 9.10): a connection subscribes to the presence of up to
+// MaxPresenceSubscriptions users ("presence_subscribe", "presence_unsubscribe"), is answered
+// their current presence, then pushed their changes ("presence"); a device says it is away
+// or active ("presence_set").
+const (
+	OpPresenceSubscribe   = "presence_subscribe"
+	OpPresenceUnsubscribe = "presence_unsubscribe"
+	OpPresenceSet         = "presence_set"
+	OpPresence            = "presence"
+)
+
+// MaxPresenceSubscriptions is how many users one connection may follow the presence of.
+const MaxPresenceSubscriptions = 500
+
+// The presence states, and the device states of "presence_set".
+const (
+	PresenceOnline  = "online"
+	PresenceAway    = "away"
+	PresenceOffline = "offline"
+	PresenceActive  = "active"
+	PresenceHidden  = "hidden"
+	PresenceVisible = "visible"
+)
+
+// PresenceSubscribeRequest is the params of "presence_subscribe" and
+// "presence_unsubscribe": Replace (subscribe only) replaces the connection's set instead
+// of adding to it.
+type PresenceSubscribeRequest struct {
+	Users   []string `json:"users"`
+	Replace bool     `json:"replace,omitempty"`
+}
+
+// PresenceSetRequest is the params of "presence_set": State is "away" or "active".
+type PresenceSetRequest struct {
+	State string `json:"state"`
+}
+
+// Presence is one user's presence: LastActiveAt (RFC 3339, to the minute) only when
+// offline or away and known.
+type Presence struct {
+	UserID       string `json:"user_id"`
+	State        string `json:"state"`
+	LastActiveAt string `json:"last_active_at,omitempty"`
+}
+
+// PresenceList is the answer of GET /v1/presence and of "presence_subscribe".
+type PresenceList struct {
+	Presence []Presence `json:"presence"`
+}
+
+// PresencePush is the push of presence changes: at most one a second per connection.
+type PresencePush struct {
+	Op       string     `json:"op"`
+	Presence []Presence `json:"presence"`
+}
+
+// MeUpdate is the body of PATCH /v1/me.
+type MeUpdate struct {
+	Presence *string `json:"presence,omitempty"`
+}

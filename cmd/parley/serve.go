@@ -100,6 +100,8 @@ func serveFlags(c *serveConfig, stderr io.Writer) (fs *flag.FlagSet, sealBus *bo
 	fs.DurationVar(&n.Chat.DefaultTokenTTL, "token-ttl", n.Chat.DefaultTokenTTL, "default lifetime of a device token")
 	fs.DurationVar(&n.Gateway.HeartbeatInterval, "heartbeat", n.Gateway.HeartbeatInterval, "WebSocket ping interval")
 	fs.DurationVar(&n.Gateway.IdleTimeout, "idle-timeout", n.Gateway.IdleTimeout, "close a WebSocket silent for this long")
+	fs.DurationVar(&n.Presence.Grace, "presence-grace", n.Presence.Grace, "a user whose last device left shows offline only after this long without a reconnect")
+	fs.DurationVar(&n.Presence.Timeout, "presence-timeout", n.Presence.Timeout, "a node silent for this long (no presence heartbeat) has its users taken offline")
 	fs.IntVar(&n.Gateway.SendQueue, "send-queue", n.Gateway.SendQueue, "outbound frames a WebSocket may have pending before it is dropped as too slow")
 	fs.Float64Var(&n.Gateway.SendRate, "send-rate", n.Gateway.SendRate, "messages per second per device (0 turns the limit off)")
 	fs.IntVar(&n.Gateway.SendBurst, "send-burst", n.Gateway.SendBurst, "burst of the send rate limit")
@@ -134,6 +136,8 @@ func (c serveConfig) validate() error {
 // its errors reach the operator in the words of the command line.
 var configFlags = map[string]string{
 	"AdminSecret":         "admin-secret",
+	"Presence.Timeout":    "presence-timeout",
+	"Presence.Grace":      "presence-grace",
 	"Engine":              "store",
 	"PostgresURL":         "postgres-url",
 	"PostgresMaxBatch":    "postgres-max-batch",

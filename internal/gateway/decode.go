@@ -262,6 +262,10 @@ func withParams(f protocol.Frame, b body) clientFrame {
 		cf.params, cf.paramsErr = decodeSync(b)
 	case protocol.OpOpen, protocol.OpClose:
 		cf.params, cf.paramsErr = decodeConv(b)
+	case protocol.OpPresenceSubscribe, protocol.OpPresenceUnsubscribe:
+		cf.params, cf.paramsErr = decodePresenceSubscribe(b)
+	case protocol.OpPresenceSet:
+		cf.params, cf.paramsErr = decodePresenceSet(b)
 	case protocol.OpPing: // no params
 	default:
 		op := f.Op
@@ -420,6 +424,36 @@ func decodeConv(b body) (protocol.ConvRequest, error) {
 	}
 	if !protocol.ValidConvID(p.ConvID) {
 		return p, invalidf("conv_id is missing or malformed")
+	}
+	return p, nil
+}
+
+// decodePresenceSubscribe decodes the params of "presence_subscribe" and
+// "presence_unsubscribe".
+func decodePresenceSubscribe(b body) (protocol.PresenceSubscribeRequest, error) {
+	var p protocol.PresenceSubscribeRequest
+	if err := b.decode(&p); err != nil {
+		return p, err
+	}
+	if len(p.Users) > protocol.MaxPresenceSubscriptions {
+		return p, invalidf("users: at most %d", protocol.MaxPresenceSubscriptions)
+	}
+	for _, u := range p.Users {
+		if !protocol.ValidUserID(u) {
+			return p, invalidf("users: a user_id is malformed")
+		}
+	}
+	return p, nil
+}
+
+// decodePresenceSet decodes the params of "presence_set".
+func decodePresenceSet(b body) (protocol.PresenceSetRequest, error) {
+	var p protocol.PresenceSetRequest
+	if err := b.decode(&p); err != nil {
+		return p, err
+	}
+	if p.State != protocol.PresenceAway && p.State != protocol.PresenceActive {
+		return p, invalidf("state must be %q or %q", protocol.PresenceAway, protocol.PresenceActive)
 	}
 	return p, nil
 }

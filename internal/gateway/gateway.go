@@ -24,6 +24,7 @@ import (
 	"github.com/parleychat/parley/internal/auth"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/metrics"
+	"github.com/parleychat/parley/internal/presence"
 )
 
 // Options are the dependencies of a Gateway.
@@ -36,6 +37,9 @@ type Options struct {
 	Push        Push             // nil: offline push is off (push.go)
 	Presence    Presence         // told which devices take events live; nil: nobody is
 	Attachments Attachments      // nil: attachments are off and their routes answer 404
+	// Tracker holds users' presence (docs/protocol.md 9.10); nil: presence is off and its
+	// ops and routes answer 404.
+	Tracker *presence.Tracker
 }
 
 // Gateway serves the Parley API. It implements http.Handler; Shutdown drains it.
@@ -45,9 +49,10 @@ type Gateway struct {
 	cfg         Config
 	log         *slog.Logger
 	met         *metrics.Metrics
-	push        Push        // nil when off
-	presence    Presence    // never nil
-	attachments Attachments // nil when off
+	push        Push              // nil when off
+	presence    Presence          // never nil
+	attachments Attachments       // nil when off
+	tracker     *presence.Tracker // nil when off
 	mux         *http.ServeMux
 	upgrader    websocket.Upgrader
 	requests    *limiter      // nil when off
@@ -102,6 +107,7 @@ func New(o Options) *Gateway {
 		push:        o.Push,
 		presence:    o.Presence,
 		attachments: o.Attachments,
+		tracker:     o.Tracker,
 		mux:         http.NewServeMux(),
 		requests:    newLimiter(o.Config.RequestRate, o.Config.RequestBurst),
 		sends:       newLimiter(o.Config.SendRate, o.Config.SendBurst),
@@ -134,6 +140,8 @@ func (g *Gateway) routes() {
 	m.Handle("POST /v1/admin/users/{user_id}/revoke", g.admin(g.revokeTokens))
 
 	m.Handle("GET /v1/me", g.client(g.me))
+	m.Handle("PATCH /v1/me", g.client(g.patchMe))
+	m.Handle("GET /v1/presence", g.client(g.getPresence))
 	m.Handle("GET /v1/users/{user_id}", g.client(g.user))
 
 	m.Handle("POST /v1/conversations", g.client(g.createConversation))

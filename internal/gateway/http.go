@@ -610,6 +610,10 @@ func (g *Gateway) sync(r *http.Request, _ []byte, me chat.Identity) (int, any, e
 		defer g.met.LongPollEnded()
 		g.presence.Open(me.UserID, me.DeviceID) // a waiting long-poll takes events live
 		defer g.presence.Close(me.UserID, me.DeviceID)
+		if g.tracker != nil {
+			g.tracker.Connected(me.UserID, me.DeviceID)
+			defer g.tracker.Disconnected(me.UserID, me.DeviceID)
+		}
 	}
 	resp, err := g.svc.Sync(ctx, me, cursor, mark, int(min(limit, protocol.MaxSyncLimit)),
 		time.Duration(min(wait, protocol.MaxLongPollSecond))*time.Second)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/hub"
+	"github.com/parleychat/parley/internal/presence"
 	"github.com/parleychat/parley/protocol"
 )
 
@@ -135,6 +136,15 @@ func (c *wsConn) serve() {
 	defer g.unregister(c)
 	g.presence.Open(c.me.UserID, c.me.DeviceID) // the pusher leaves a connected device alone
 	defer g.presence.Close(c.me.UserID, c.me.DeviceID)
+	if g.tracker != nil {
+		g.tracker.Connected(c.me.UserID, c.me.DeviceID)
+		defer g.tracker.Disconnected(c.me.UserID, c.me.DeviceID)
+		defer func() {
+			if w := c.watch.Load(); w != nil {
+				w.Close()
+			}
+		}()
+	}
 	c.run()
 }
 
@@ -237,6 +247,8 @@ type wsConn struct {
 	refusedPings int // pings refused in a row by the request limit; used by the reader only
 
 	sends inflight // the send frames started and not yet answered
+
+	watch atomic.Pointer[presence.Watcher] // made by the first presence_subscribe; nil until then
 
 	// Used by one writer at a time, like cursor and last:
 	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=

@@ -81,6 +81,8 @@ func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 		}
 		svc.Hub().CloseConversation(c.sub, p.ConvID)
 		return empty{}, nil
+	case protocol.PresenceSubscribeRequest, protocol.PresenceSetRequest:
+		return c.presenceOp(ctx, f.Op, p)
 	case protocol.SyncParams:
 		resp, err := svc.Sync(ctx, me, *p.Cursor, p.Mark, min(p.Limit, protocol.MaxSyncLimit), 0)
 		if resp.Events == nil {

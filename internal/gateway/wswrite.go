@@ -94,12 +94,22 @@ func (c *wsConn) writeAll() (open bool) {
 		clear(notices)
 		replies, events = c.replies.take(replies), c.sub.Take(events)
 		notices = c.sub.TakeNotices(notices)
-		if replies == nil && events == nil && notices == nil {
-			return c.subscribed(c.sub)
+		some := replies != nil || events != nil || notices != nil
+		var err error
+		if some {
+			err = c.writeWaiting(replies, events, notices)
 		}
-		if err := c.writeWaiting(replies, events, notices); err != nil {
+		if err == nil { // after the replies: a presence_subscribe answer comes before its changes
+			var wrote bool
+			wrote, err = c.writePresence()
+			some = some || wrote
+		}
+		if err != nil {
 			c.close(CloseTooSlow, "write failed", nil) // usually the peer is gone; if not, it is too slow
 			return false
+		}
+		if !some {
+			return c.subscribed(c.sub)
 		}
 		c.tell()
 	}

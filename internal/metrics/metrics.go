@@ -37,6 +37,10 @@ type Metrics struct {
 	ackLatency        prometheus.Histogram
 	eventsCommitted   prometheus.Counter
 	wsConnections     prometheus.Gauge
+	presenceUsers     prometheus.Gauge
+	presenceFrames    prometheus.Counter
+	presenceBatched   prometheus.Counter
+	presenceCoalesced prometheus.Counter
 	eventsPushed      prometheus.Counter
 	commitBatch       prometheus.Histogram
 	commitSeconds     prometheus.Histogram
@@ -90,6 +94,22 @@ func New() *Metrics {
 		wsConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "parley_ws_connections",
 			Help: "Open WebSocket connections.",
+		}),
+		presenceUsers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "parley_presence_users",
+			Help: "Users with a device connected to this node (a WebSocket or a waiting long-poll), as presence tracks them.",
+		}),
+		presenceFrames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_presence_frames_total",
+			Help: "Presence push frames written to WebSocket connections (at most one per connection per second).",
+		}),
+		presenceBatched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_presence_changes_total",
+			Help: "Users' presence changes handed to subscribed connections (one per user per connection).",
+		}),
+		presenceCoalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parley_presence_coalesced_total",
+			Help: "Turns in which a user's presence change was held back to keep to one change per user per 5 s.",
 		}),
 		eventsPushed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parley_events_pushed_total",
@@ -198,6 +218,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.messagesSent, m.messagesDuplicate, m.ackLatency, m.eventsCommitted,
 		m.wsConnections, m.eventsPushed, m.commitBatch, m.commitSeconds,
+		m.presenceUsers, m.presenceFrames, m.presenceBatched, m.presenceCoalesced,
 		m.longPollsWaiting, m.httpRequests, m.responsesCut, m.buildInfo, m.busPublishFailed, m.busRejected,
 	)
 	for _, r := range bus.RejectReasons { // every reason shows, at 0, from the start
@@ -277,6 +298,34 @@ func (m *Metrics) ObserveCommit(batch int, d time.Duration) {
 	}
 	m.commitBatch.Observe(float64(batch))
 	m.commitSeconds.Observe(d.Seconds())
+}
+
+// SetPresenceUsers sets how many users have a device connected here.
+func (m *Metrics) SetPresenceUsers(n int) {
+	if m != nil {
+		m.presenceUsers.Set(float64(n))
+	}
+}
+
+// PresenceFrameSent counts a presence push frame written to a connection.
+func (m *Metrics) PresenceFrameSent() {
+	if m != nil {
+		m.presenceFrames.Inc()
+	}
+}
+
+// PresenceFrame counts users' changes handed to one connection (presence.Observer).
+func (m *Metrics) PresenceFrame(users int) {
+	if m != nil {
+		m.presenceBatched.Add(float64(users))
+	}
+}
+
+// PresenceCoalesced counts a change held back (presence.Observer).
+func (m *Metrics) PresenceCoalesced() {
+	if m != nil {
+		m.presenceCoalesced.Inc()
+	}
 }
 
 // ConnectionOpened counts a WebSocket connection as open.

@@ -10,6 +10,7 @@ import (
 	"github.com/parleychat/parley/internal/bus"
 	"github.com/parleychat/parley/internal/chat"
 	"github.com/parleychat/parley/internal/gateway"
+	"github.com/parleychat/parley/internal/presence"
 	"github.com/parleychat/parley/internal/store"
 	"github.com/parleychat/parley/internal/tier"
 )
@@ -28,8 +29,10 @@ type Config struct {
 	AdminSecret       string // empty: generated once into Data/admin.secret
 	Chat              chat.Config
 	Gateway           gateway.Config
-	Logger            *slog.Logger // default slog.Default()
-	Now               func() time.Time
+	// Presence is users' presence (grace, timeout); zero fields keep presence's defaults.
+	Presence presence.Config
+	Logger   *slog.Logger // default slog.Default()
+	Now      func() time.Time
 	// BusURL links the node to the other nodes on the same store: "" is a single node,
 	// "nats://host:port" (a comma-separated list is allowed) the NATS server(s) they share.
 	// The node fails to start if none answers.
@@ -76,7 +79,8 @@ type Config struct {
 // DefaultConfig returns the defaults for a node storing in dataDir.
 func DefaultConfig(dataDir string) Config {
 	return Config{Data: dataDir, Chat: chat.DefaultConfig(), Gateway: gateway.DefaultConfig(), Push: DefaultPushConfig(),
-		Tier: tier.Config{HotWindow: tier.DefaultHotWindow, GroupRetentionMin: tier.DefaultGroupRetentionMin}}
+		Presence: presence.DefaultConfig(),
+		Tier:     tier.Config{HotWindow: tier.DefaultHotWindow, GroupRetentionMin: tier.DefaultGroupRetentionMin}}
 }
 
 // MinAdminSecret is the shortest AdminSecret accepted, in bytes: the secret is the whole of
@@ -103,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if s := c.AdminSecret; s != "" && len(s) < MinAdminSecret {
 		bad("AdminSecret", "is %d bytes long, it must be at least %d: use a random one (openssl rand -hex 32) or leave it empty to have one generated", len(s), MinAdminSecret)
+	}
+	if p := c.Presence; p.Grace > 0 && p.Timeout > 0 && p.Timeout <= p.Grace {
+		bad("Presence.Timeout", "is %v, it must be longer than Presence.Grace (%v): a node's users would expire before its grace ends", p.Timeout, p.Grace)
 	}
 	postgres := c.Engine == "postgres"
 	switch {

@@ -26,6 +26,7 @@ import (
 	"github.com/parleychat/parley/internal/gateway"
 	"github.com/parleychat/parley/internal/hub"
 	"github.com/parleychat/parley/internal/metrics"
+	"github.com/parleychat/parley/internal/presence"
 	"github.com/parleychat/parley/internal/push"
 	"github.com/parleychat/parley/internal/redact"
 	"github.com/parleychat/parley/internal/store"
@@ -43,6 +44,7 @@ var ErrDataInUse = errors.New("in use by another parley process")
 type Server struct {
 	Service     *chat.Service
 	Gateway     *gateway.Gateway
+	Presence    *presence.Tracker // users' presence, on this node and through the bus
 	Attachments *attach.Service
 	Metrics     *metrics.Metrics
 	// Sealer deletes expired messages and moves old ones to the cold tier (with
@@ -121,16 +123,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cold := tier.Wrap(st, blobs, cfg.Tier, cfg.Now, m)
 	s.Service = chat.New(chat.Options{Store: cold, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
 		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room, Bus: b, Retention: cfg.Tier.RetentionPolicy()})
-	presence := push.NewPresence(cfg.Now)
-	pusher, err := newPusher(ctx, cfg, s, secret, presence, b != nil)
+	devices := push.NewPresence(cfg.Now)
+	pusher, err := newPusher(ctx, cfg, s, secret, devices, b != nil)
 	if err != nil {
 		s.closeOwn()
 		return nil, err
 	}
-	var live gateway.Presence = presence
+	var live gateway.Presence = devices
 	var feed *push.Feed
 	if b != nil { // the pushing node may be another: tell it through the bus
-		if feed, err = push.NewFeed(b, pusher, presence, cfg.Logger); err != nil {
+		if feed, err = push.NewFeed(b, pusher, devices, cfg.Logger); err != nil {
 			s.closeOwn()
 			return nil, err
 		}
@@ -145,8 +147,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.Attachments = att
+	s.Presence = presence.New(cfg.Presence, cfg.Now, m)
+	if b != nil {
+		if err := s.Presence.Attach(b, presence.NewNodeID(), cfg.Logger); err != nil {
+			s.Presence.Close()
+			s.closeOwn()
+			return nil, fmt.Errorf("presence: %w", err)
+		}
+	}
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m,
-		Push: pusher, Presence: live, Attachments: att})
+		Push: pusher, Presence: live, Attachments: att, Tracker: s.Presence})
 	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
 	// deadline and cancels the request). The gateway bounds each request body with its own
 	// deadline instead (gateway.Config.BodyTimeout).
@@ -324,6 +334,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // returned before the store closes.
 func (s *Server) Close() error {
 	s.Gateway.Close() // after Shutdown, nothing is left to close
+	s.Presence.Close()
 	s.stopBG()
 	s.bg.Wait()       // retention, the pusher (it writes its last cursors), the feed and the collector
 	s.Service.Close() // live pushes, receipts, position batches

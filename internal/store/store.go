@@ -129,6 +129,9 @@ type User struct {
 	// is valid only while it carries the current generation.
 	TokenGen  int64
 	CreatedAt int64 // Unix ms
+	// PresenceHidden: the user hides their presence (the "presence": "hidden" setting), so
+	// that everyone sees them offline, with no last_active_at.
+	PresenceHidden bool
 }
 
 // UserReader reads users.
@@ -143,6 +146,8 @@ type UserWriter interface {
 	CreateUser(ctx context.Context, u User) error
 	// SetTokenGen sets the user's token generation; ErrNotFound if there is no such user.
 	SetTokenGen(ctx context.Context, id string, gen int64) error
+	// SetPresenceHidden sets the user's PresenceHidden; ErrNotFound if there is no such user.
+	SetPresenceHidden(ctx context.Context, id string, hidden bool) error
 }
 
 // Conversation is one conversation's shared state.

@@ -108,12 +108,21 @@ func (d *decoder) done() error {
 func encodeUser(b []byte, u store.User) []byte {
 	b = appendString(b, u.Name)
 	b = appendVarint(b, u.TokenGen)
-	return appendVarint(b, u.CreatedAt)
+	b = appendVarint(b, u.CreatedAt)
+	if u.PresenceHidden {
+		// Only a user who hides their presence carries it: a record without it (every
+		// record of earlier versions) reads as visible.
+		b = appendBool(b, true)
+	}
+	return b
 }
 
 func decodeUser(v []byte, id string) (store.User, error) {
 	d := decoder{b: v}
 	u := store.User{ID: id, Name: d.string(), TokenGen: d.varint(), CreatedAt: d.varint()}
+	if d.err == nil && len(d.b) > 0 {
+		u.PresenceHidden = d.bool()
+	}
 	return u, d.done()
 }
 

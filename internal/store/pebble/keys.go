@@ -11,7 +11,7 @@ import (
 //
 // Every key starts with a one-byte table prefix, followed by its components:
 //
-//	u  enc(user)                          -> user row: name, token_gen, created_at
+//	u  enc(user)                          -> user row: name, token_gen, created_at[, presence_hidden]
 //	n  enc(user)                          -> the user's event log bounds: last, pruned
 //	c  enc(conv)                          -> conversation row (every field but the id)
 //	m  enc(conv) enc(user)                -> member row (positions, ordinal, hidden)

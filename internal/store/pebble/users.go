@@ -54,15 +54,25 @@ func (w writeTx) CreateUser(ctx context.Context, u store.User) error {
 
 // SetTokenGen implements store.UserWriter.
 func (w writeTx) SetTokenGen(ctx context.Context, id string, gen int64) error {
+	return w.updateUser(ctx, id, "set token generation", func(u *store.User) { u.TokenGen = gen })
+}
+
+// SetPresenceHidden implements store.UserWriter.
+func (w writeTx) SetPresenceHidden(ctx context.Context, id string, hidden bool) error {
+	return w.updateUser(ctx, id, "set presence", func(u *store.User) { u.PresenceHidden = hidden })
+}
+
+// updateUser rewrites user id's record after change; what names the change in ErrNotFound.
+func (w writeTx) updateUser(ctx context.Context, id, what string, change func(*store.User)) error {
 	u, err := w.User(ctx, id)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return notFound("set token generation of user %q", id)
+			return notFound("%s of user %q", what, id)
 		}
 		return err
 	}
 	t := w.t
-	u.TokenGen = gen
+	change(&u)
 	t.enc = encodeUser(t.enc[:0], u)
 	return t.set(t.key, t.enc, t.val, true) // t.key and t.val are still the user's
 }

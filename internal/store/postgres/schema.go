@@ -118,6 +118,9 @@ func migrations() [][]string {
 		// v7: a group's own retention, set by its owner, in ms (store.Conversation
 		// RetentionMS); 0 follows the operator's.
 		`ALTER TABLE conversations ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0`,
+	}, {
+		// v8: a user who hides their presence (store.User PresenceHidden); false shows it.
+		`ALTER TABLE users ADD COLUMN presence_hidden boolean NOT NULL DEFAULT false`,
 	}}
 }
 

@@ -14,7 +14,7 @@ import (
 
 // Column lists shared by several statements, in the order the scan helpers read them.
 const (
-	userCols   = `id, name, token_gen, created_at`
+	userCols   = `id, name, token_gen, created_at, presence_hidden`
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark, retention_ms`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
 	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions, attachment_id`
@@ -43,7 +43,7 @@ var (
 func (t readTx) User(ctx context.Context, id string) (store.User, error) {
 	var u store.User
 	err := t.tx.QueryRow(ctx, `SELECT `+userCols+` FROM users WHERE id = $1`+t.lock, id).
-		Scan(&u.ID, &u.Name, &u.TokenGen, &u.CreatedAt)
+		Scan(&u.ID, &u.Name, &u.TokenGen, &u.CreatedAt, &u.PresenceHidden)
 	if err != nil {
 		return store.User{}, translate(err, fmt.Sprintf("user %q", id))
 	}
@@ -53,8 +53,8 @@ func (t readTx) User(ctx context.Context, id string) (store.User, error) {
 // CreateUser implements store.UserWriter. ON CONFLICT DO NOTHING rather than a unique
 // violation, which would abort the transaction: the contract lets fn go on after ErrExists.
 func (t writeTx) CreateUser(ctx context.Context, u store.User) error {
-	tag, err := t.tx.Exec(ctx, `INSERT INTO users (`+userCols+`) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-		u.ID, u.Name, u.TokenGen, u.CreatedAt)
+	tag, err := t.tx.Exec(ctx, `INSERT INTO users (`+userCols+`) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
+		u.ID, u.Name, u.TokenGen, u.CreatedAt, u.PresenceHidden)
 	return expectOne(tag, err, store.ErrExists, "create user %q", u.ID)
 }
 
@@ -62,6 +62,12 @@ func (t writeTx) CreateUser(ctx context.Context, u store.User) error {
 func (t writeTx) SetTokenGen(ctx context.Context, id string, gen int64) error {
 	tag, err := t.tx.Exec(ctx, `UPDATE users SET token_gen = $1 WHERE id = $2`, gen, id)
 	return expectOne(tag, err, store.ErrNotFound, "set token generation of user %q", id)
+}
+
+// SetPresenceHidden implements store.UserWriter.
+func (t writeTx) SetPresenceHidden(ctx context.Context, id string, hidden bool) error {
+	tag, err := t.tx.Exec(ctx, `UPDATE users SET presence_hidden = $1 WHERE id = $2`, hidden, id)
+	return expectOne(tag, err, store.ErrNotFound, "set presence of user %q", id)
 }
 
 // Conversation implements store.ConversationReader.

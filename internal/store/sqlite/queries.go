@@ -51,6 +51,7 @@ const (
 	// Writes.
 	stCreateUser
 	stSetTokenGen
+	stSetPresenceHidden
 	stCreateConversation
 	stUpdateConversation
 	stPutMember
@@ -105,7 +106,7 @@ const (
 
 // Column lists shared by several statements, in the order the scan helpers read them.
 const (
-	userCols   = `id, name, token_gen, created_at`
+	userCols   = `id, name, token_gen, created_at, presence_hidden`
 	convCols   = `id, type, name, owner_id, read_detail, max_seq, members_count, created_at, updated_at, read_from, mark, retention_ms`
 	memberCols = `conv_id, user_id, joined_at, ordinal, join_seq, cleared_seq, read_seq, delivered_seq, hidden`
 	msgCols    = `conv_id, seq, msg_id, client_msg_id, sender_id, content_type, content, extra, created_at, recalled, mentions, attachment_id`
@@ -177,8 +178,9 @@ func statementSQL() [numStmts]string {
 			ORDER BY seq`,
 		stConversationIDs: `SELECT id FROM conversations WHERE id > ? ORDER BY id LIMIT ?`,
 
-		stCreateUser:  `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?)`,
-		stSetTokenGen: `UPDATE users SET token_gen = ? WHERE id = ?`,
+		stCreateUser:        `INSERT INTO users (` + userCols + `) VALUES (?, ?, ?, ?, ?)`,
+		stSetTokenGen:       `UPDATE users SET token_gen = ? WHERE id = ?`,
+		stSetPresenceHidden: `UPDATE users SET presence_hidden = ? WHERE id = ?`,
 		stCreateConversation: `INSERT INTO conversations (` + convCols + `)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		stUpdateConversation: `UPDATE conversations SET type = ?, name = ?, owner_id = ?,

@@ -140,6 +140,9 @@ func migrations() [][]string {
 		// v10: a group's own retention, set by its owner, in ms (store.Conversation
 		// RetentionMS); 0 follows the operator's.
 		`ALTER TABLE conversations ADD COLUMN retention_ms INTEGER NOT NULL DEFAULT 0`,
+	}, {
+		// v11: a user who hides their presence (store.User PresenceHidden); 0 shows it.
+		`ALTER TABLE users ADD COLUMN presence_hidden INTEGER NOT NULL DEFAULT 0`,
 	}}
 }
 

@@ -40,7 +40,7 @@ type rowScanner = sqlrow.Row
 // User implements store.UserReader.
 func (t readTx) User(ctx context.Context, id string) (store.User, error) {
 	var u store.User
-	err := t.q.queryRow(ctx, stUser, id).Scan(&u.ID, &u.Name, &u.TokenGen, &u.CreatedAt)
+	err := t.q.queryRow(ctx, stUser, id).Scan(&u.ID, &u.Name, &u.TokenGen, &u.CreatedAt, &u.PresenceHidden)
 	if err != nil {
 		return store.User{}, t.q.fail(err, "user %q", id)
 	}
@@ -49,7 +49,7 @@ func (t readTx) User(ctx context.Context, id string) (store.User, error) {
 
 // CreateUser implements store.UserWriter.
 func (t writeTx) CreateUser(ctx context.Context, u store.User) error {
-	if _, err := t.q.exec(ctx, stCreateUser, u.ID, u.Name, u.TokenGen, u.CreatedAt); err != nil {
+	if _, err := t.q.exec(ctx, stCreateUser, u.ID, u.Name, u.TokenGen, u.CreatedAt, u.PresenceHidden); err != nil {
 		return t.q.fail(err, "create user %q", u.ID)
 	}
 	return nil
@@ -59,6 +59,12 @@ func (t writeTx) CreateUser(ctx context.Context, u store.User) error {
 func (t writeTx) SetTokenGen(ctx context.Context, id string, gen int64) error {
 	res, err := t.q.exec(ctx, stSetTokenGen, gen, id)
 	return t.expectOne(res, err, "set token generation of user %q", id)
+}
+
+// SetPresenceHidden implements store.UserWriter.
+func (t writeTx) SetPresenceHidden(ctx context.Context, id string, hidden bool) error {
+	res, err := t.q.exec(ctx, stSetPresenceHidden, hidden, id)
+	return t.expectOne(res, err, "set presence of user %q", id)
 }
 
 // Conversation implements store.ConversationReader.

@@ -66,6 +66,29 @@ func testUserSetTokenGen(t *testing.T, s store.Store) {
 	})
 }
 
+func testUserSetPresenceHidden(t *testing.T, s store.Store) {
+	createUsers(t, s, "alice")
+	for _, hidden := range []bool{true, false, true} {
+		update(t, s, func(ctx context.Context, tx store.Tx) error {
+			wantErr(t, "SetPresenceHidden of an unknown user", tx.SetPresenceHidden(ctx, "nobody", hidden), store.ErrNotFound)
+			return tx.SetPresenceHidden(ctx, "alice", hidden)
+		})
+		view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+			if u, err := tx.User(ctx, "alice"); err != nil || u.PresenceHidden != hidden || u.Name == "" {
+				t.Errorf("User = %+v, %v; want PresenceHidden %v and the rest kept", u, err, hidden)
+			}
+			return nil
+		})
+	}
+	update(t, s, func(ctx context.Context, tx store.Tx) error { return tx.SetTokenGen(ctx, "alice", 3) })
+	view(t, s, func(ctx context.Context, tx store.ReadTx) error {
+		if u, err := tx.User(ctx, "alice"); err != nil || !u.PresenceHidden || u.TokenGen != 3 {
+			t.Errorf("after SetTokenGen, User = %+v, %v; want PresenceHidden kept", u, err)
+		}
+		return nil
+	})
+}
+
 func testConversationCreateAndLookup(t *testing.T, s store.Store) {
 	want := newConversation("c1")
 	want.ReadDetail = true

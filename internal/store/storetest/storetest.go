@@ -29,6 +29,7 @@ func Run(t *testing.T, h Harness) {
 		{"Users/Exists", testUserExists},
 		{"Users/NotFound", testUserNotFound},
 		{"Users/SetTokenGen", testUserSetTokenGen},
+		{"Users/SetPresenceHidden", testUserSetPresenceHidden},
 		{"Conversations/CreateAndLookup", testConversationCreateAndLookup},
 		{"Conversations/ExistsAndNotFound", testConversationExistsAndNotFound},
 		{"Conversations/Update", testConversationUpdate},
