@@ -89,6 +89,11 @@ type ConversationBrief struct {
 	// conv_updated event and the answer to their own leave): the conversation is no longer
 	// theirs, so clients drop it. Absent everywhere else.
 	Removed bool `json:"removed,omitempty"`
+	// OnlineCount is, in a read-fanout group only, about how many of its members are online
+	// or away on any node, counted at most every 10 s (a large group sends no per-member
+	// presence; docs/protocol.md 9.10). Absent in write-fanout conversations, whose members'
+	// presence is subscribed to one by one.
+	OnlineCount *int `json:"online_count,omitempty"`
 }
 
 // SyncEvent is one entry of a user's event log. Data depends on Type (section 8).

@@ -101,6 +101,13 @@ func (s *Service) brief(ctx context.Context, tx store.ReadTx, c store.Conversati
 	}
 	if c.ReadFanout() {
 		b.Fanout = protocol.FanoutRead
+		if s.online != nil {
+			n, err := s.onlineCount(ctx, tx, c)
+			if err != nil {
+				return b, fmt.Errorf("online count of %s: %w", c.ID, err)
+			}
+			b.OnlineCount = &n
+		}
 	}
 	if c.MaxSeq > vf {
 		last, err := tx.Message(ctx, c.ID, c.MaxSeq)

@@ -111,6 +111,7 @@ type Service struct {
 	cluster     *live.Cluster // the other nodes, through Options.Bus; nil on a single node
 	gensCleared atomic.Int64  // Unix nanoseconds of the last clearing of gens, on one of several nodes (expireGens)
 	pusher      Pusher        // SetPusher's; nil: no offline push (push.go)
+	online      *onlineCounts // read-fanout groups' online counts; nil without Options.Online
 
 	writeMu  sync.Mutex // guards writeErr
 	writeErr error      // the store write failure Healthy reports, until writes recover
@@ -159,6 +160,9 @@ type Options struct {
 	// the Service needs it for what it holds in memory (a large group's newest messages),
 	// the briefs' retention_seconds, and to check what a group's owner asks (SetRetention).
 	Retention store.RetentionPolicy
+	// Online counts who is online, for the online_count of read-fanout groups' briefs
+	// (presence.Tracker). nil (the default): briefs carry no online_count.
+	Online OnlineCounter
 }
 
 // New returns a Service. It starts background work only as its calls need it (Close stops
@@ -181,6 +185,9 @@ func New(o Options) *Service {
 	}
 	if s.hub == nil {
 		s.hub = hub.New()
+	}
+	if o.Online != nil {
+		s.online = &onlineCounts{counter: o.Online, groups: make(map[string]onlineCount)}
 	}
 	s.room = o.Room
 	if s.room == nil {

@@ -449,3 +449,18 @@ func (t *Tracker) Users() int {
 	defer t.mu.Unlock()
 	return t.local
 }
+
+// CountOnline returns how many of users are online or away, on any node, as a watcher
+// would see them: a user who hides their presence is not counted, so that a small group's
+// count cannot tell them apart. It takes the lock once for the whole list.
+func (t *Tracker) CountOnline(users []string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now, n := t.now(), 0
+	for _, id := range users {
+		if u := t.users[id]; u != nil && !u.hidden && u.stateLocked(now) != Offline {
+			n++
+		}
+	}
+	return n
+}

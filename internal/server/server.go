@@ -119,10 +119,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open blob store: %w", err)
 	}
 	s.closes = append(s.closes, blobs.Close)
+	// Presence first: the Service counts read-fanout groups' members online with it.
+	s.Presence = presence.New(cfg.Presence, cfg.Now, m)
+	s.closes = append(s.closes, func() error { s.Presence.Close(); return nil }) // on the failures below; Close is idempotent
+	if b != nil {
+		if err := s.Presence.Attach(b, presence.NewNodeID(), cfg.Logger); err != nil {
+			s.closeOwn()
+			return nil, fmt.Errorf("presence: %w", err)
+		}
+	}
 	// Chat reads through the cold tier; the sealer and the rest work on the backend.
 	cold := tier.Wrap(st, blobs, cfg.Tier, cfg.Now, m)
 	s.Service = chat.New(chat.Options{Store: cold, Hub: hub.New(), Signer: signer, DirectIDKey: dirKey, Config: cfg.Chat,
-		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room, Bus: b, Retention: cfg.Tier.RetentionPolicy()})
+		Logger: cfg.Logger, Observer: m, Now: cfg.Now, Room: room, Bus: b, Retention: cfg.Tier.RetentionPolicy(), Online: s.Presence})
 	devices := push.NewPresence(cfg.Now)
 	pusher, err := newPusher(ctx, cfg, s, secret, devices, b != nil)
 	if err != nil {
@@ -147,14 +156,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.Attachments = att
-	s.Presence = presence.New(cfg.Presence, cfg.Now, m)
-	if b != nil {
-		if err := s.Presence.Attach(b, presence.NewNodeID(), cfg.Logger); err != nil {
-			s.Presence.Close()
-			s.closeOwn()
-			return nil, fmt.Errorf("presence: %w", err)
-		}
-	}
 	s.Gateway = gateway.New(gateway.Options{Service: s.Service, AdminSecret: s.AdminSecret, Config: cfg.Gateway, Logger: cfg.Logger, Metrics: m,
 		Push: pusher, Presence: live, Attachments: att, Tracker: s.Presence})
 	// No ReadTimeout: it would also end long-polls (net/http's background read fails at the
