@@ -242,6 +242,9 @@ type Me struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Name     string `json:"name"`
+	// Presence is the caller's presence setting: PresenceVisible, or PresenceHidden when
+	// they hide their presence from everyone (PATCH /v1/me; docs/protocol.md 9.10).
+	Presence string `json:"presence"`
 }
 
 // User is an operator-created account.

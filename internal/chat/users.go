@@ -198,8 +198,19 @@ func (s *Service) raiseGen(userID string, gen int64) {
 // Me returns who the caller's token speaks for, with the user's name: a client that was
 // handed only a token learns its own identity from it.
 func (s *Service) Me(ctx context.Context, me Identity) (protocol.Me, error) {
-	u, err := s.User(ctx, me.UserID)
-	return protocol.Me{UserID: u.UserID, DeviceID: me.DeviceID, Name: u.Name}, err
+	if !protocol.ValidUserID(me.UserID) {
+		return protocol.Me{}, invalid("user_id is malformed")
+	}
+	var out protocol.Me
+	err := s.view(ctx, "get me", func(tx store.ReadTx) error {
+		u, err := loadUser(ctx, tx, me.UserID)
+		out = protocol.Me{UserID: u.ID, DeviceID: me.DeviceID, Name: u.Name, Presence: protocol.PresenceVisible}
+		if u.PresenceHidden {
+			out.Presence = protocol.PresenceHidden
+		}
+		return err
+	})
+	return out, err
 }
 
 // User returns any user's public profile (id and name): ErrNotFound for an unknown user.

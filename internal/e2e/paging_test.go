@@ -369,8 +369,16 @@ func TestMeAndUserLookup(t *testing.T) {
 	phone := n.Token(t, "alice", "phone")
 
 	me := n.ok(t, "GET", "/v1/me", phone, nil)
-	wantKeys(t, "me", me, "user_id", "device_id", "name")
-	wantFields(t, "me", me, map[string]any{"user_id": "alice", "device_id": "phone", "name": "Alice Liddell"})
+	wantKeys(t, "me", me, "user_id", "device_id", "name", "presence")
+	wantFields(t, "me", me, map[string]any{"user_id": "alice", "device_id": "phone", "name": "Alice Liddell", "presence": "visible"})
+	for _, setting := range []string{"hidden", "visible"} {
+		if got := n.ok(t, "PATCH", "/v1/me", phone, map[string]any{"presence": setting}); got["presence"] != setting {
+			t.Fatalf("PATCH /v1/me %s: %s", setting, show(got))
+		}
+		if got := n.ok(t, "GET", "/v1/me", phone, nil); got["presence"] != setting {
+			t.Fatalf("GET /v1/me after %s: %s", setting, show(got))
+		}
+	}
 
 	u := n.ok(t, "GET", "/v1/users/bob", alice, nil)
 	wantKeys(t, "user", u, "user_id", "name")
