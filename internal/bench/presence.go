@@ -53,6 +53,7 @@ type presenceUser struct {
 
 	bucket atomic.Int64 // wall second of the frames counted in frames
 	frames atomic.Int64 // presence pushes in that second
+	last   atomic.Int64 // unix ns of the last presence push read
 }
 
 // presenceRun is the state of one run.
@@ -73,6 +74,8 @@ type presenceRun struct {
 	other    atomic.Int64 // changes not caused by the churn (or seen after their time)
 	early    atomic.Int64 // offline received before the grace ended
 	dropped  atomic.Int64 // connections the server closed
+	minGap   atomic.Int64 // shortest time between two pushes read on one connection (ns; 0: none yet)
+	under1s  atomic.Int64 // pushes read less than a second after the one before on their connection
 	failed   atomic.Int64 // dials or subscriptions that failed
 }
 
@@ -252,6 +255,10 @@ func (c *coord) runPresence(ctx context.Context) (*Report, error) {
 	r.Extra["offline_before_grace"] = float64(p.early.Load())
 	r.Extra["presence_pushes"] = float64(p.pushes.Load())
 	r.Extra["max_presence_frames_per_conn_per_sec"] = float64(p.maxRate.Load())
+	// Wall-second buckets can hold two pushes a second apart less a late tick's delay; the
+	// gaps between consecutive pushes tell the server's pacing from that.
+	r.Extra["min_presence_frame_gap_ms"] = msOf(time.Duration(p.minGap.Load()))
+	r.Extra["presence_frames_under_1s_apart"] = float64(p.under1s.Load())
 	r.Extra["dropped"] = float64(p.dropped.Load())
 	r.Extra["failed"] = float64(p.failed.Load())
 	r.Ops, r.Deliveries = int64(events), p.offlines.Load()+p.onlines.Load()
@@ -336,6 +343,18 @@ func (p *presenceRun) read(u *presenceUser, ws *websocket.Conn, gone chan struct
 			continue
 		}
 		p.pushes.Add(1)
+		if prev := u.last.Swap(now.UnixNano()); prev != 0 {
+			gap := now.UnixNano() - prev
+			if gap < int64(time.Second) {
+				p.under1s.Add(1)
+			}
+			for {
+				m := p.minGap.Load()
+				if (m != 0 && gap >= m) || p.minGap.CompareAndSwap(m, gap) {
+					break
+				}
+			}
+		}
 		sec := now.Unix()
 		if u.bucket.Swap(sec) != sec {
 			u.frames.Store(0)
