@@ -77,6 +77,10 @@ scenarios:
               --window messages ahead of delivery; deliveries/s (--baseline: broadcast-naive)
   broadcast-naive  broadcast's baseline: the same connections and sender against a bare
               server that copies every frame to every WebSocket (no Parley)
+  presence    --users connected, each subscribed to the presence of --subscriptions others
+              it shares a group with; --churn of them a minute go away for --offline and
+              come back: server CPU for presence, change -> watcher's frame, frames per
+              connection per second, memory per connection with and without subscriptions
 
 Without --server the bench starts its own 'parley serve' (rate limits off) in a temporary
 directory and stops it at the end: the parley binary given by --parley, or one it builds
@@ -255,6 +259,15 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	if in("mixed") {
 		fs.IntVar(&c.Users, "users", c.Users, "users, in clusters of 10 sharing a group and direct pairs")
 	}
+	if in("presence") {
+		fs.IntVar(&c.Users, "users", c.Users, "users, one WebSocket each, in groups of --subscriptions+1")
+		fs.IntVar(&c.Subscriptions, "subscriptions", c.Subscriptions, "users whose presence each user subscribes to (the rest of its group)")
+		fs.Float64Var(&c.Churn, "churn", c.Churn, "fraction of the users a minute that disconnect and reconnect, spread evenly over --duration")
+		fs.DurationVar(&c.Offline, "offline", c.Offline, "how long a churned user stays away (more than --grace, so that watchers see offline, then online)")
+		fs.DurationVar(&c.Grace, "grace", c.Grace, "the server's --presence-grace (passed to the server the bench starts; with --server, say what it runs with)")
+		fs.DurationVar(&c.IdleWindow, "idle-window", c.IdleWindow, "subscribed and idle before the churn: the baseline of the server's CPU")
+		fs.DurationVar(&c.Heartbeat, "heartbeat", c.Heartbeat, "client ping interval")
+	}
 	if in("reconnect") {
 		fs.IntVar(&c.Devices, "devices", c.Devices, "devices of the user, offline while messages arrive")
 		fs.IntVar(&c.Convs, "convs", c.Convs, "conversations the messages arrive in")
@@ -277,7 +290,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 	if in("read-storm") {
 		fs.IntVar(&c.Repeat, "repeat", c.Repeat, "reads per member per round (the first advances, the others repeat it)")
 	}
-	if !in("idle") {
+	if !in("idle", "presence") {
 		usage := "messages to send in all, then stop; 0: run for --duration"
 		switch scenario {
 		case "reconnect":
@@ -297,6 +310,9 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		}
 		if in("readstorm") {
 			usage = "how long the storm may take, until the sender is pushed the final count"
+		}
+		if in("presence") {
+			usage = "how long the churn lasts (users still away at its end are waited for)"
 		}
 		fs.DurationVar(&c.Duration, "duration", c.Duration, usage)
 	}

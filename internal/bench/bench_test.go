@@ -447,3 +447,37 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestPresence(t *testing.T) {
+	srv := parleytest.Start(t, func(c *server.Config) {
+		c.Gateway.SendRate, c.Gateway.RequestRate, c.Gateway.FanoutRate = 0, 0, 0
+		c.Gateway.ConvChangeEvery, c.Gateway.ConvCreateEvery = 0, 0
+		c.Presence.Grace = time.Second
+	})
+	cfg := DefaultConfig("presence")
+	cfg.Users, cfg.Subscriptions, cfg.Churn, cfg.Duration = 30, 5, 1, 6*time.Second // 3 users churn
+	cfg.Grace, cfg.Offline, cfg.IdleWindow = time.Second, 2500*time.Millisecond, 2*time.Second
+	rep, err := runBench(t, srv, cfg, nil)
+	if err != nil || rep.Violations != 0 || len(rep.Errors) != 0 {
+		t.Fatalf("run: %v, violations %v, errors %v", err, rep.ViolationSamples, rep.Errors)
+	}
+	if rep.Latency.Count == 0 || rep.Latency.Max < rep.Latency.P99 {
+		t.Fatalf("change latency not measured: %+v", rep.Latency)
+	}
+	if rep.Ops != 3 || rep.Extra["failed"] != 0 || rep.Extra["dropped"] != 0 {
+		t.Fatalf("churned %d, failed %v, dropped %v; want 3, 0, 0", rep.Ops, rep.Extra["failed"], rep.Extra["dropped"])
+	}
+	for _, k := range []string{"offline_frames", "online_frames", "max_presence_frames_per_conn_per_sec"} {
+		if rep.Extra[k] <= 0 {
+			t.Errorf("%s = %v: no change seen", k, rep.Extra[k])
+		}
+	}
+	if rep.Extra["offline_before_grace"] != 0 || rep.Extra["other_changes"] != 0 {
+		t.Errorf("offline before the grace %v, other changes %v; want 0, 0", rep.Extra["offline_before_grace"], rep.Extra["other_changes"])
+	}
+	for _, k := range []string{"presence_cpu_pct_of_core", "subscriptions_heap_per_conn_bytes"} {
+		if _, ok := rep.Extra[k]; !ok {
+			t.Errorf("%s not reported", k)
+		}
+	}
+}

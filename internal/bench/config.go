@@ -17,7 +17,7 @@ import (
 // is broadcast's baseline, as echo is direct's: a bare server that copies every frame it
 // reads to every connection.
 var Scenarios = []string{"direct", "group", "read-storm", "reconnect", "idle", "mixed", "echo",
-	"largegroup", "readstorm", "broadcast", "broadcast-naive"}
+	"largegroup", "readstorm", "broadcast", "broadcast-naive", "presence"}
 
 // roomScenario reports whether scenario is one of the large-group ones (room.go).
 func roomScenario(scenario string) bool {
@@ -60,7 +60,7 @@ type Config struct {
 	Online   int           // group, read-storm, largegroup: members connected over WebSocket; readstorm: members reading at once
 	Open     int           // largegroup: online members with the group open (the senders among them)
 	Senders  int           // group, largegroup: members sending; echo: connections sending
-	Users    int           // mixed: users (in clusters of 10 with a group and direct pairs)
+	Users    int           // mixed: users (in clusters of 10 with a group and direct pairs); presence: users, one connection each
 	Devices  int           // reconnect: devices of the one user
 	Convs    int           // reconnect: conversations the messages arrive in
 	Conns    int           // idle: WebSocket connections
@@ -76,7 +76,17 @@ type Config struct {
 	// within one run.
 	CompareDirect bool
 
-	Heartbeat    time.Duration // idle: client ping interval
+	// Presence (presence.go): each user watches Subscriptions others, Churn of the users a
+	// minute go away for Offline and come back; the server's grace is Grace (passed to the
+	// server the bench starts as --presence-grace); IdleWindow is the subscribed, idle phase
+	// whose CPU is the baseline of the churn's.
+	Subscriptions int
+	Churn         float64
+	Offline       time.Duration
+	Grace         time.Duration
+	IdleWindow    time.Duration
+
+	Heartbeat    time.Duration // idle, presence: client ping interval
 	DrainTimeout time.Duration // how long receivers may take to catch up after the load
 
 	// Runs is how many times the scenario runs back to back (each against a fresh server
@@ -121,6 +131,9 @@ func DefaultConfig(scenario string) Config {
 		c.Members, c.Online, c.Duration = 100000, 10000, time.Minute // Duration bounds the storm
 	case "broadcast", "broadcast-naive":
 		c.Members, c.Window = 10000, 16
+	case "presence":
+		c.Users, c.Subscriptions, c.Churn, c.Duration = 10000, 100, 0.1, 2*time.Minute
+		c.Grace, c.Offline, c.IdleWindow = 30*time.Second, 40*time.Second, 30*time.Second
 	}
 	return c
 }
@@ -193,6 +206,17 @@ func (c Config) Validate() error {
 		check(c.Rate == 0, "broadcast is a closed loop paced by deliveries; --rate does not apply")
 		c.checkSockets(check, c.Members)
 		check(c.Scenario == "broadcast" || c.Server == "", "broadcast-naive starts its own server; --server does not apply")
+	case "presence":
+		// A block of subscriptions+1 users is one group, which must stay in write fanout
+		// (500 members by default) for its members to see each other.
+		check(c.Subscriptions >= 1 && c.Subscriptions <= 499, "--subscriptions must be 1..499 (one group of subscriptions+1 per block, at most 500 members)")
+		check(c.Users > c.Subscriptions, "--users must be more than --subscriptions")
+		check(c.Churn >= 0 && c.Churn <= 1, "--churn is a fraction of the users per minute: 0..1")
+		check(c.Offline > c.Grace && c.Grace >= 0, "--offline must exceed --grace, or no change is ever seen")
+		check(c.IdleWindow >= 2*time.Second, "--idle-window must be at least 2s (two samples of the server's CPU)")
+		check(c.Heartbeat > 0, "--heartbeat must be positive")
+		check(c.Cluster == 0, "presence drives one node: --cluster does not apply")
+		c.checkSockets(check, c.Users)
 	}
 	return errors.Join(errs...)
 }

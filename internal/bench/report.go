@@ -142,7 +142,12 @@ type configOut struct {
 	Window   int     `json:"window,omitempty"`
 	Direct   bool    `json:"compare_direct,omitempty"`
 	Rounds   int     `json:"rounds,omitempty"`
-	Runs     int     `json:"runs,omitempty"`
+	// presence
+	Subscriptions int     `json:"subscriptions,omitempty"`
+	Churn         float64 `json:"churn_per_min,omitempty"`
+	Offline       string  `json:"offline,omitempty"`
+	Grace         string  `json:"grace,omitempty"`
+	Runs          int     `json:"runs,omitempty"`
 }
 
 func (c *coord) configOut() configOut {
@@ -164,6 +169,9 @@ func (c *coord) configOut() configOut {
 		o.Conns = cfg.Conns
 	case "mixed":
 		o.Users = cfg.Users
+	case "presence":
+		o.Users, o.Subscriptions, o.Churn = cfg.Users, cfg.Subscriptions, cfg.Churn
+		o.Offline, o.Grace = cfg.Offline.String(), cfg.Grace.String()
 	case "echo":
 		o.Senders = cfg.Senders
 	case "largegroup":

@@ -45,6 +45,8 @@ type coord struct {
 	sampler *sampler
 	env     Env // recorded in every report
 
+	debugAddr string // presence: the pprof address of the server started, "" if none
+
 	nodes   []string  // every node's base URL; base is the first
 	spread  *spreader // deals devices to nodes
 	cluster *cluster  // the nodes started for --cluster
@@ -163,6 +165,12 @@ func runOnce(ctx context.Context, cfg Config, opts Options) (*Report, error) {
 			c.cfg.Procs = 1
 		}
 		rep, err = c.runReconnect(ctx)
+	} else if cfg.Scenario == "presence" {
+		if cfg.Procs > 1 {
+			c.note("presence holds every connection in this process (it times changes across them); --procs is ignored")
+			c.cfg.Procs = 1
+		}
+		rep, err = c.runPresence(ctx)
 	} else {
 		var p *plan
 		if p, err = c.setup(ctx); err == nil {
@@ -216,6 +224,16 @@ func (c *coord) serverFlags() []string {
 		// A group this small stays in write fanout by default; these scenarios
 		// measure read fanout, so the server switches it.
 		extra = append(extra, "--write-fanout-max", fmt.Sprint(cfg.Members/2))
+	}
+	if cfg.Scenario == "presence" {
+		extra = append(extra, "--presence-grace", cfg.Grace.String())
+		c.debugAddr = flagValue(extra, "--debug-addr")
+		if c.debugAddr == "" {
+			// The memory figures collect the server's garbage first, through pprof.
+			if c.debugAddr = freeLoopback(); c.debugAddr != "" {
+				extra = append(extra, "--debug-addr", c.debugAddr)
+			}
+		}
 	}
 	if cfg.Scenario == "idle" && cfg.Conns > fdBudget {
 		c.note("warning: the server started here may open about %d files; %d connections may not fit", fdBudget, cfg.Conns)
@@ -598,6 +616,8 @@ func (c *coord) describe() string {
 		return fmt.Sprintf("group of %d, %d reading at once, %d procs", cfg.Members, cfg.Online, cfg.Procs)
 	case "broadcast", "broadcast-naive":
 		return fmt.Sprintf("%d connections, all open, 1 sender, window %d, %s, %d procs", cfg.Members, cfg.Window, limit, cfg.Procs)
+	case "presence":
+		return fmt.Sprintf("%d users, %d subscriptions each, %g of them a minute away %v, grace %v, %s", cfg.Users, cfg.Subscriptions, cfg.Churn, cfg.Offline, cfg.Grace, limit)
 	}
 	return cfg.Scenario
 }
