@@ -181,6 +181,7 @@ func New(o Options) *Service {
 	if s.hub == nil {
 		s.hub = hub.New()
 	}
+	s.hub.SetTypingClock(s.now) // typing expires by the service's clock
 	s.room = o.Room
 	if s.room == nil {
 		s.room = func() error { return nil }

@@ -262,6 +262,8 @@ func withParams(f protocol.Frame, b body) clientFrame {
 		cf.params, cf.paramsErr = decodeSync(b)
 	case protocol.OpOpen, protocol.OpClose:
 		cf.params, cf.paramsErr = decodeConv(b)
+	case protocol.OpTyping:
+		cf.params, cf.paramsErr = decodeTyping(b)
 	case protocol.OpPing: // no params
 	default:
 		op := f.Op
@@ -420,6 +422,21 @@ func decodeConv(b body) (protocol.ConvRequest, error) {
 	}
 	if !protocol.ValidConvID(p.ConvID) {
 		return p, invalidf("conv_id is missing or malformed")
+	}
+	return p, nil
+}
+
+// decodeTyping decodes the params of the "typing" op.
+func decodeTyping(b body) (protocol.TypingRequest, error) {
+	var p protocol.TypingRequest
+	if err := b.decode(&p); err != nil {
+		return p, err
+	}
+	switch {
+	case !protocol.ValidConvID(p.ConvID):
+		return p, invalidf("conv_id is missing or malformed")
+	case p.State != protocol.TypingStarted && p.State != protocol.TypingStopped:
+		return p, invalidf("state must be \"started\" or \"stopped\"")
 	}
 	return p, nil
 }

@@ -136,6 +136,7 @@ func (c *wsConn) serve() {
 	g.presence.Open(c.me.UserID, c.me.DeviceID) // the pusher leaves a connected device alone
 	defer g.presence.Close(c.me.UserID, c.me.DeviceID)
 	c.run()
+	c.stopTyping()
 }
 
 // reserve counts a connection about to be served, unless the gateway is draining.
@@ -237,6 +238,8 @@ type wsConn struct {
 	refusedPings int // pings refused in a row by the request limit; used by the reader only
 
 	sends inflight // the send frames started and not yet answered
+
+	typing chat.TypingLimiter // the device's typing, rate-limited; used by the reader only
 
 	// Used by one writer at a time, like cursor and last:
 	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=
