@@ -69,7 +69,7 @@ func (c *wsClient) noTypingBefore(clientMsgID string) {
 }
 
 // TestTypingDirect: a member's typing reaches the other member's connections, not the
-// typer's own other device; a second "started" within 3 s is dropped, a "stopped" after a
+// typer's own other device, and is stopped when the typer's connection ends; a second "started" within 3 s is dropped, a "stopped" after a
 // "started" always goes through, and a "stopped" with nothing standing is dropped; after
 // 3 s (the node's clock) a "started" goes through again, and one older than 6 s needs no
 // "stopped".
@@ -121,6 +121,14 @@ func TestTypingDirect(t *testing.T) {
 	}
 	n.send(t, alice, convID, "after-typing")
 	tabletWS.noTypingBefore("after-typing")
+
+	// A connection that ends while typing stops it for the peers.
+	if !tabletWS.typing(convID, "started") {
+		t.Fatal("the tablet's started was dropped")
+	}
+	wantFields(t, "typing push", bobWS.typingPush(), map[string]any{"user_id": "alice", "state": "started"})
+	tabletWS.conn.Close()
+	wantFields(t, "typing push after the typer's connection ended", bobWS.typingPush(), map[string]any{"user_id": "alice", "state": "stopped"})
 }
 
 // TestTypingRefused: a non-member, an unknown conversation and a malformed frame get the
@@ -334,4 +342,41 @@ func TestTypingOnePushPerSecond(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestNodesTyping: on three nodes, alice types on node A and bob's connection on node B
+// gets it (direct); in a read-fanout group dave types on node C, and bob, who has the group
+// open on B, gets the set, while carol on A, who has not opened it, gets nothing.
+func TestNodesTyping(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 3, newBus, func(c *server.Config) { c.Chat.WriteFanoutMax = 2 })
+		a, b, c := ns[0], ns[1], ns[2]
+		alice, bob, carol, dave := a.user(t, "alice"), a.user(t, "bob"), a.user(t, "carol"), a.user(t, "dave")
+		direct := a.direct(t, alice, "bob")["conv_id"].(string)
+		group := readFanoutGroup(t, a, alice, "bob", "carol", "dave")
+
+		bobWS, aliceWS := b.dial(t, bob, -1), a.dial(t, alice, -1)
+		if !aliceWS.typing(direct, "started") {
+			t.Fatal("started dropped")
+		}
+		p := bobWS.typingPush()
+		wantKeys(t, "typing push from another node", p, typingKeys...)
+		wantFields(t, "typing push from another node", p, map[string]any{"conv_id": direct, "user_id": "alice", "state": "started", "expires_in_ms": 6000})
+
+		bobWS.do("open", map[string]any{"conv_id": group})
+		carolWS, daveWS := a.dial(t, carol, -1), c.dial(t, dave, -1)
+		if !daveWS.typing(group, "started") {
+			t.Fatal("started dropped")
+		}
+		p = bobWS.typingPush()
+		wantKeys(t, "room typing push from another node", p, roomTypingKeys...)
+		wantFields(t, "room typing push from another node", p, map[string]any{"conv_id": group, "user_id": "dave", "state": "started", "typers": []any{"dave"}, "count": 1})
+		if !daveWS.typing(group, "stopped") {
+			t.Fatal("stopped dropped")
+		}
+		p = bobWS.typingPush()
+		wantFields(t, "room typing push from another node", p, map[string]any{"user_id": "dave", "state": "stopped", "typers": []any{}, "count": 0})
+		c.send(t, dave, group, "after-typing")
+		carolWS.noTypingBefore("after-typing")
+	})
 }
