@@ -133,6 +133,13 @@ type Options struct {
 	// messages in groups (section 9.5, "receipts"): the newest ones whose counts changed. It
 	// runs like OnEvent.
 	OnReceipts func(convID string, receipts []Receipts)
+	// OnTyping, if set, receives every typing push (section 9.10): in a write-fanout
+	// conversation one member's change, in a read-fanout one (for the conversations open
+	// here) the set of typers, at most once a second. It runs on the connection's reader,
+	// possibly concurrently with OnEvent, and must return quickly. A "started" holds for
+	// ExpiresInMS unless a newer push of the same conversation replaces it: the app hides it
+	// after that by itself.
+	OnTyping func(TypingPush)
 	// OnReset receives a snapshot whenever the session (re)starts from one: on the first Run
 	// when Cursor is 0, and when the server answers 410 (cursor expired) or 409 (cursor ahead
 	// of the server). State built from earlier events should be replaced by it; events that
@@ -201,6 +208,8 @@ type Client struct {
 	delivered deliveredQueue
 
 	rooms *readConvs // read-fanout conversations and the sync mark
+
+	typing typists // this device's typing, throttled (typing.go)
 
 	running atomic.Bool // a Run is active; there is one session per Client
 

@@ -22,6 +22,11 @@
 // counts the server pushes for the user's own group messages. Persist Mark and Seqs with
 // Cursor, and pass all three back in Options, to resume exactly.
 //
+// Typing indicators (section 9.10): call Keystroke on every keystroke in a conversation's
+// composer; the SDK sends "started" at most once per 3 s, and "stopped" after 5 s without
+// a keystroke, at StopTyping, or when Send sends into the conversation. OnTyping receives
+// the pushes; a "started" holds for its ExpiresInMS unless a newer push replaces it.
+//
 // Send is the one call that retries by itself. It keeps a single client_msg_id for a message
 // and re-sends it until the server acknowledges it (the server deduplicates on that id), so a
 // message is stored once however many networks, timeouts and server restarts it crosses.

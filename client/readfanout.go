@@ -758,6 +758,11 @@ func (c *Client) readFanoutPush(op string, f *inFrame, data []byte) {
 			c.rooms.mu.Unlock()
 			c.rooms.signal()
 		}
+	case protocol.OpTyping:
+		var p TypingPush
+		if c.opts.OnTyping != nil && json.Unmarshal(data, &p) == nil && p.ConvID != "" {
+			c.opts.OnTyping(p)
+		}
 	default:
 		c.log.Debug("parley: unexpected push", "op", op)
 	}

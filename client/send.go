@@ -69,6 +69,7 @@ func (c *Client) SendWithID(ctx context.Context, clientMsgID, convID string, con
 	if err != nil {
 		return MessageAck{}, err
 	}
+	c.StopTyping(convID) // sending ends typing
 	for attempt := 0; ; attempt++ {
 		ack, err := c.sendOnce(ctx, m)
 		if err == nil {

@@ -235,6 +235,7 @@ func parseBench(scenario string, args []string, getenv func(string) string, stde
 		fs.IntVar(&c.Online, "online", c.Online, "members connected over WebSocket (distinct members)")
 		fs.IntVar(&c.Open, "open", c.Open, "online members with the group open (the senders among them)")
 		fs.IntVar(&c.Senders, "senders", c.Senders, "members sending into the group")
+		fs.IntVar(&c.Typers, "typers", c.Typers, "online members (not senders) typing in the group throughout, one \"started\" per 3 s each; the open connections' typing pushes are measured (at most one a second)")
 		fs.BoolVar(&c.CompareDirect, "compare-direct", c.CompareDirect, "also send into a direct conversation of two other users at one sender's rate, to compare the ack latencies")
 	}
 	if in("readstorm") {

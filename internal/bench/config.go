@@ -60,6 +60,7 @@ type Config struct {
 	Online   int           // group, read-storm, largegroup: members connected over WebSocket; readstorm: members reading at once
 	Open     int           // largegroup: online members with the group open (the senders among them)
 	Senders  int           // group, largegroup: members sending; echo: connections sending
+	Typers   int           // largegroup: online members, not senders, typing in the group throughout the load
 	Users    int           // mixed: users (in clusters of 10 with a group and direct pairs); presence: users, one connection each
 	Devices  int           // reconnect: devices of the one user
 	Convs    int           // reconnect: conversations the messages arrive in
@@ -194,6 +195,7 @@ func (c Config) Validate() error {
 		check(c.Senders >= 1 && c.Senders <= c.Open, "--senders must be 1..open (senders have the group open)")
 		check(c.Open <= c.Online && c.Online <= c.Members, "need open <= online <= members")
 		check(c.Rate > 0, "--rate must be positive: largegroup is an open loop")
+		check(c.Typers >= 0 && c.Typers <= c.Online-c.Senders, "--typers must be 0..online-senders (typers are online and do not send)")
 		c.checkSockets(check, c.Online+1)
 	case "readstorm":
 		check(c.Members >= 2, "--members must be at least 2")

@@ -148,6 +148,8 @@ func (c *coord) setupLargeGroup(ctx context.Context) (*plan, error) {
 		if i < cfg.Senders {
 			rc.Send, rc.Rate, rc.Quota = true, cfg.Rate/float64(cfg.Senders), quota(cfg.Messages, cfg.Senders, i)
 		}
+		rc.Type = i >= cfg.Online-cfg.Typers // the last online members: not senders, mostly without the group open
+
 		deal(jobs, i, rc)
 	}
 	if cfg.CompareDirect {
@@ -176,6 +178,7 @@ func (c *coord) setupLargeGroup(ctx context.Context) (*plan, error) {
 			r.Extra["notice_pull_delay_max_ms"] = float64(v)
 		}
 		r.Extra["send_ack_p50_ms"], r.Extra["send_ack_p99_ms"] = r.Latency.P50, r.Latency.P99
+		typingFigures(r)
 		if d := pct(r, "direct_ack", "direct_ack"); d.Count > 0 && d.P99 > 0 && d.P50 > 0 {
 			r.Extra["group_over_direct_ack_p50"] = r.Latency.P50 / d.P50
 			r.Extra["group_over_direct_ack_p99"] = r.Latency.P99 / d.P99

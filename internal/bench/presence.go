@@ -17,7 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// The presence scenario (docs/protocol.md 9.10) measures what presence costs a server whose
+// The presence scenario (docs/protocol.md 9.11) measures what presence costs a server whose
 // users all watch their contacts:
 //
 //   - --users users, each with one bare WebSocket (as idle's: no SDK buffers in the way);

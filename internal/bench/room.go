@@ -50,6 +50,7 @@ type RoomConn struct {
 	Peer       bool    `json:"peer,omitempty"`        // largegroup: the other member of Direct
 	Read       bool    `json:"read,omitempty"`        // readstorm: marks ReadSeq read at the start
 	Receipts   bool    `json:"receipts,omitempty"`    // readstorm: the sender, waiting for the final count
+	Type       bool    `json:"type,omitempty"`        // largegroup: types in the group throughout the load (typing.go)
 }
 
 // roomPath is where the bench connects: Parley's WebSocket, or the baseline's broadcast.
@@ -113,6 +114,7 @@ type roomConn struct {
 	wantSeq   int64          // drain: the max_seq the notices must reach
 	reached   chan struct{}  // drain: closed once covered >= wantSeq
 	sentSeqs  map[int64]bool // naive: seqs this connection sent, awaiting their copy
+	typing    []time.Time    // when each typing push of the group arrived
 }
 
 // roomLoad is the worker side of the large-group scenarios.
@@ -284,6 +286,12 @@ func (c *roomConn) handle(data []byte, now time.Time) {
 		c.onNotice(&f, now)
 	case "receipts":
 		c.onReceipts(&f, now)
+	case protocol.OpTyping:
+		if f.ConvID == c.l.job.Conv {
+			c.mu.Lock()
+			c.typing = append(c.typing, now)
+			c.mu.Unlock()
+		}
 	case protocol.OpEvent:
 		if f.Event != nil {
 			c.onEvent(*f.Event, now)
@@ -466,6 +474,8 @@ func (l *roomLoad) run(ctx context.Context, at time.Time, stop <-chan struct{}) 
 			wg.Go(func() { l.openLoop(lctx, c, c.spec.Direct, c.spec.Quota, at, 0.5) })
 		case c.spec.Read:
 			wg.Go(func() { l.read(ctx, c) })
+		case c.spec.Type:
+			wg.Go(func() { l.typeLoop(lctx, c, at) })
 		case c.spec.Receipts:
 			wg.Go(func() {
 				select {
@@ -584,6 +594,7 @@ func (l *roomLoad) drain(ctx context.Context, targets map[string]int64, _ time.D
 			l.waitNotices(ctx, t, deadline.C)
 		}
 		l.measureNotices()
+		l.measureTyping()
 	}
 	l.closing.Store(true)
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "")

@@ -272,3 +272,31 @@ func TestValidateLargeGroups(t *testing.T) {
 		t.Errorf("broadcast's baseline is %+v", e)
 	}
 }
+
+func TestMaxWithin(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		at   []time.Time
+		want int
+	}{
+		{"none", nil, 0},
+		{"one a second", at(0, 1000, 2000, 3000), 1},
+		{"two within a second", at(0, 1000, 1500, 3000), 2},
+		{"a second apart, less the jitter", at(0, 998, 1996), 1},
+		{"a burst", at(0, 10, 20, 899, 2000), 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := maxWithin(tc.at, time.Second-typingJitter); got != tc.want {
+				t.Fatalf("maxWithin = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -11,7 +11,7 @@ import (
 // whether they hide it: the caller themself, and the users who share a conversation with
 // the caller that is not read-fanout (a large group never shows per-member presence).
 // Anyone else is left out, unknown users included, so that the caller cannot tell a
-// stranger from a user who hides their presence (docs/protocol.md 9.10).
+// stranger from a user who hides their presence (docs/protocol.md 9.11).
 func (s *Service) PresenceVisible(ctx context.Context, me Identity, users []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(users))
 	err := s.view(ctx, "presence visibility", func(tx store.ReadTx) error {

@@ -189,6 +189,7 @@ func New(o Options) *Service {
 	if o.Online != nil {
 		s.online = &onlineCounts{counter: o.Online, groups: make(map[string]onlineCount)}
 	}
+	s.hub.SetTypingClock(s.now) // typing expires by the service's clock
 	s.room = o.Room
 	if s.room == nil {
 		s.room = func() error { return nil }

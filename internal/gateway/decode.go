@@ -266,6 +266,8 @@ func withParams(f protocol.Frame, b body) clientFrame {
 		cf.params, cf.paramsErr = decodePresenceSubscribe(b)
 	case protocol.OpPresenceSet:
 		cf.params, cf.paramsErr = decodePresenceSet(b)
+	case protocol.OpTyping:
+		cf.params, cf.paramsErr = decodeTyping(b)
 	case protocol.OpPing: // no params
 	default:
 		op := f.Op
@@ -454,6 +456,21 @@ func decodePresenceSet(b body) (protocol.PresenceSetRequest, error) {
 	}
 	if p.State != protocol.PresenceAway && p.State != protocol.PresenceActive {
 		return p, invalidf("state must be %q or %q", protocol.PresenceAway, protocol.PresenceActive)
+	}
+	return p, nil
+}
+
+// decodeTyping decodes the params of the "typing" op.
+func decodeTyping(b body) (protocol.TypingRequest, error) {
+	var p protocol.TypingRequest
+	if err := b.decode(&p); err != nil {
+		return p, err
+	}
+	switch {
+	case !protocol.ValidConvID(p.ConvID):
+		return p, invalidf("conv_id is missing or malformed")
+	case p.State != protocol.TypingStarted && p.State != protocol.TypingStopped:
+		return p, invalidf("state must be \"started\" or \"stopped\"")
 	}
 	return p, nil
 }

@@ -37,7 +37,7 @@ type Options struct {
 	Push        Push             // nil: offline push is off (push.go)
 	Presence    Presence         // told which devices take events live; nil: nobody is
 	Attachments Attachments      // nil: attachments are off and their routes answer 404
-	// Tracker holds users' presence (docs/protocol.md 9.10); nil: presence is off and its
+	// Tracker holds users' presence (docs/protocol.md 9.11); nil: presence is off and its
 	// ops and routes answer 404.
 	Tracker *presence.Tracker
 }

@@ -146,6 +146,7 @@ func (c *wsConn) serve() {
 		}()
 	}
 	c.run()
+	c.stopTyping()
 }
 
 // reserve counts a connection about to be served, unless the gateway is draining.
@@ -248,7 +249,8 @@ type wsConn struct {
 
 	sends inflight // the send frames started and not yet answered
 
-	watch atomic.Pointer[presence.Watcher] // made by the first presence_subscribe; nil until then
+	watch  atomic.Pointer[presence.Watcher] // made by the first presence_subscribe; nil until then
+	typing chat.TypingLimiter               // the device's typing, rate-limited; used by the reader only
 
 	// Used by one writer at a time, like cursor and last:
 	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=

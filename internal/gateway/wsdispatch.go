@@ -83,6 +83,8 @@ func (c *wsConn) dispatch(ctx context.Context, f clientFrame) (any, error) {
 		return empty{}, nil
 	case protocol.PresenceSubscribeRequest, protocol.PresenceSetRequest:
 		return c.presenceOp(ctx, f.Op, p)
+	case protocol.TypingRequest:
+		return c.sendTyping(ctx, p)
 	case protocol.SyncParams:
 		resp, err := svc.Sync(ctx, me, *p.Cursor, p.Mark, min(p.Limit, protocol.MaxSyncLimit), 0)
 		if resp.Events == nil {
@@ -114,4 +116,23 @@ func (c *wsConn) openConversation(ctx context.Context, convID string) (protocol.
 		h.CloseConversation(c.sub, convID)
 	}
 	return b, err
+}
+
+// sendTyping serves the "typing" op: a member's change goes to the other members unless the
+// device's limit drops it (chat.TypingLimiter), which the reply tells; a non-member gets
+// 404 either way. Only the reader calls it, so it alone uses c.typing.
+func (c *wsConn) sendTyping(ctx context.Context, p protocol.TypingRequest) (protocol.TypingResult, error) {
+	svc, on := c.g.svc, p.State == protocol.TypingStarted
+	allow := func() bool { return c.typing.Allow(p.ConvID, on, svc.Now()) }
+	forwarded, err := svc.Typing(ctx, c.me, p.ConvID, on, allow)
+	return protocol.TypingResult{Forwarded: forwarded}, err
+}
+
+// stopTyping tells the members of the conversations the closed connection was typing in
+// that it stopped, rather than leave them to expire.
+func (c *wsConn) stopTyping() {
+	svc := c.g.svc
+	for _, convID := range c.typing.Standing(svc.Now()) {
+		_, _ = svc.Typing(c.ctx, c.me, convID, false, nil)
+	}
 }

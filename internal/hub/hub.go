@@ -94,7 +94,7 @@ type shard struct {
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{seed: maphash.MakeSeed(), convs: convWatches{seed: maphash.MakeSeed()}, rooms: rooms{seed: maphash.MakeSeed(), now: time.Now}}
+	h := &Hub{seed: maphash.MakeSeed(), convs: convWatches{seed: maphash.MakeSeed()}, rooms: rooms{seed: maphash.MakeSeed(), now: time.Now, typingNow: time.Now}}
 	for i := range h.shards {
 		h.shards[i].subs = make(map[string]map[*Subscription]struct{})
 	}

@@ -52,6 +52,8 @@ type rooms struct {
 	shards [watchShards]roomShard
 	now    func() time.Time
 	manual bool // the wheel turns only when a test calls round
+
+	typingNow func() time.Time // typing's clock (typing.go)
 }
 
 func (r *rooms) shardOf(convID string) *roomShard {
@@ -75,6 +77,7 @@ type room struct {
 	timer       *time.Timer                           // the wheel's next tick, while it turns
 	followers   int                                   // subscriptions in members
 	slots       [wheelSlots]map[*Subscription]*follow // the followers by wheel slot
+	typing      roomTyping                            // who types (typing.go)
 }
 
 // roomMessage is a message a room has handed to its open subscriptions.

@@ -33,6 +33,9 @@ import (
 //     are dropped) and "a message was recalled" (the recent messages held are dropped). A
 //     node subscribes to it while it holds anything of the conversation: a room, a long-poll
 //     watching it, its counts, its recent messages, or its senders' receipts.
+//   - Both carry typing changes (typing.go), in no log: a user's, a write-fanout
+//     conversation's push for their connections; a conversation's, a read-fanout change
+//     for the rooms, which time and coalesce it themselves.
 //   - One subject for all, revokeSubject, carries revocations: every node drops its cached
 //     token generation of the user and kicks the user's subscriptions. Each node subscribes
 //     for its whole life, since any node may have a generation cached.
@@ -152,6 +155,7 @@ const (
 	kindMembers   = "j" // conv: members joined or left
 	kindRecall    = "r" // conv: a message was recalled
 	kindRevoke    = "x" // revoke: User's tokens up to generation Gen are revoked
+	kindTyping    = "y" // user: User typed (Type "started" or "stopped") in Conv; conv: User typed there
 )
 
 // busMsg is every message the nodes exchange, in JSON: small, and read by Parley only. A
@@ -432,6 +436,8 @@ func (c *Cluster) onUser(userID string, data []byte) {
 			return
 		}
 		c.hub.Replace(userID, m.Device, m.Since)
+	case kindTyping:
+		c.onUserTyping(userID, &m)
 	default:
 		c.reject(rejectInvalid)
 	}
@@ -467,6 +473,8 @@ func (c *Cluster) onConv(convID string, data []byte) {
 		c.changes.MembersChanged(convID)
 	case kindRecall:
 		c.changes.Recalled(convID)
+	case kindTyping:
+		c.onRoomTyping(convID, &m)
 	default:
 		c.reject(rejectInvalid)
 	}

@@ -17,6 +17,7 @@ export class FakeServer {
     this.deafToPings = false; // true: pings get no pong (a connection that died silently)
     this.retainedFrom = 1; // events below this cursor were pruned: older cursors get 410
     this.log = []; // alice's events, cursor = index + 1
+    this.typing = []; // "conv_id state" of every typing frame alice sent
     this.msgs = []; // the conversation, seq = index + 1
     this.byCmid = new Map(); // "sender client_msg_id" -> ack
     this.positions = { alice: { read: 0, delivered: 0 }, bob: { read: 0, delivered: 0 } };
@@ -85,6 +86,11 @@ export class FakeServer {
   }
 
   /** Appends an event to alice's log and pushes it to her connected sockets. */
+  /** Pushes a frame that is not an event (a typing push) to every open socket. */
+  pushAll(frame) {
+    for (const ws of this.sockets) ws.push(frame);
+  }
+
   emit(type, data) {
     const ev = { cursor: this.log.length + 1, type, conv_id: CONV, ts: Date.now(), data };
     this.log.push(ev);
@@ -368,6 +374,10 @@ class FakeWebSocket {
         if (f.conv_id !== GROUP && f.conv_id !== CONV) return this.push({ id: f.id, code: 404, error: 'not found' });
         this.opened.add(f.conv_id);
         this.push({ id: f.id, code: 0, ...(f.conv_id === GROUP ? s.groupBrief() : s.brief()) });
+        return;
+      case 'typing':
+        s.typing.push(`${f.conv_id} ${f.state}`);
+        this.push({ id: f.id, code: 0, forwarded: true });
         return;
       case 'close':
         this.opened.delete(f.conv_id);

@@ -9,31 +9,7 @@ import assert from 'node:assert/strict';
 
 import { ParleyClient, ChatState, memoryStorage } from '../static/sdk/parley.js';
 import { GROUP, FakeServer } from './fakeserver.js';
-
-async function until(what, pred, timeout = 3000) {
-  const deadline = Date.now() + timeout;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
-
-/** Pull timers held until fire(): the delays the client asked for are in delays(). */
-function manualTimers() {
-  const pending = new Map();
-  let n = 0;
-  return {
-    set(f, ms) { pending.set(++n, { f, ms }); return n; },
-    clear(id) { pending.delete(id); },
-    delays() { return [...pending.values()].map((t) => t.ms); },
-    fire() {
-      const all = [...pending.values()];
-      pending.clear();
-      for (const t of all) t.f();
-      return all.length;
-    },
-  };
-}
+import { until, manualTimers } from './helpers.js';
 
 function newClient(server, over = {}) {
   return new ParleyClient({

@@ -369,6 +369,7 @@ function renderChat() {
     onOpen(c.conv_id);
   }
   $('chat-title').textContent = convTitle(c);
+  $('typing').textContent = typingText(client.typing(c.conv_id));
   const members = client.members(c.conv_id);
   $('chat-sub').textContent = c.type === 'direct' ? 'Direct chat'
     : `${c.members_count} member${c.members_count === 1 ? '' : 's'}${members.length && members.length <= 8 ? `: ${members.join(', ')}` : ''}`;
@@ -749,6 +750,9 @@ function bindApp() {
   });
   input.addEventListener('input', () => {
     if (openConv) drafts.set(openConv, input.value);
+    // Typing (protocol 9.10): the SDK throttles to one "started" per 3 s and stops it on
+    // send or after 5 s idle; clearing the draft stops it at once.
+    if (openConv) input.value ? client.keystroke(openConv) : client.stopTyping(openConv);
     autosize();
   });
   // Attachments: the paperclip's file input, pasted images, files dropped on the chat.
@@ -794,6 +798,14 @@ function bindApp() {
   });
 
   bindNewChat();
+}
+
+/** "bob is typing…", "bob and carol are typing…", "Several people are typing…", or "". */
+function typingText({ users, count }) {
+  if (count === 0) return '';
+  if (count > users.length || count > 3) return 'Several people are typing…';
+  if (users.length === 1) return `${users[0]} is typing…`;
+  return `${users.slice(0, -1).join(', ')} and ${users[users.length - 1]} are typing…`;
 }
 
 function autosize() {

@@ -35,6 +35,10 @@ const URL_MARGIN = 5 * 60 * 1000;
 /** The page size the SDK asks of paged calls: the largest the server gives (protocol 5.4). */
 const MAX_LIST_LIMIT = 500;
 
+/** Typing (section 9.10): one "started" per 3 s while typing, "stopped" 5 s after the last keystroke. */
+const TYPING_EVERY_MS = 3000;
+const TYPING_IDLE_MS = 5000;
+
 function abortError() {
   const e = new ParleyError(0, 'aborted');
   e.name = 'AbortError';
@@ -163,6 +167,10 @@ export class ParleyClient extends EventTarget {
     this._positions = { read: new Map(), delivered: new Map() }; // conv_id -> seq to send
     this._positionBusy = new Set(); // "kind conv_id" of positions in flight
     this._receipts = new Map(); // conv_id -> Map(seq -> receipts)
+    // Typing (section 9.10): what this device sent (conv_id -> {sent, idle}), and who types
+    // elsewhere (conv_id -> {users: Map(user_id -> expires at, ms), count, expiry timer}).
+    this._typingOut = new Map();
+    this._typingIn = new Map();
     this._wake = null;
     this._saveTimer = null;
     this._membersTimer = null;
@@ -245,6 +253,91 @@ export class ParleyClient extends EventTarget {
    */
   receipts(convId, seq) { return this._receipts.get(convId)?.get(seq) ?? null; }
 
+  // ---- typing (section 9.10) ----
+
+  /**
+   * Who else is typing in convId now: {users, count}, users the ids the server named (at
+   * most 5 in a large group; this user left out), count how many type in all (more than
+   * users.length: "several people are typing"). Empty once their 6 s passed without a push.
+   */
+  typing(convId) {
+    const t = this._typingIn.get(convId);
+    const now = Date.now();
+    const users = t ? [...t.users].filter(([u, at]) => u !== this.userId && at > now).map(([u]) => u) : [];
+    const self = t?.users.has(this.userId) ? 1 : 0;
+    const count = users.length === 0 ? 0 : Math.max(users.length, (t.count ?? users.length) - self);
+    return { users, count };
+  }
+
+  /**
+   * Call on every keystroke in convId's composer: sends "started" at most once per 3 s
+   * (the server drops more), and "stopped" 5 s after the last keystroke, or when a message
+   * is sent to convId. Best effort, and only over the WebSocket: typing is not worth an
+   * HTTP request.
+   */
+  keystroke(convId) {
+    const now = Date.now();
+    let t = this._typingOut.get(convId);
+    if (!t) this._typingOut.set(convId, (t = { sent: 0, idle: null }));
+    if (t.idle) this._timers.clear(t.idle);
+    t.idle = this._timers.set(() => this.stopTyping(convId), TYPING_IDLE_MS);
+    if (now - t.sent >= TYPING_EVERY_MS) {
+      t.sent = now;
+      this._sendTyping(convId, 'started');
+    }
+  }
+
+  /** Sends "stopped" for convId if a keystroke sent "started" that is not stopped yet. */
+  stopTyping(convId) {
+    const t = this._typingOut.get(convId);
+    if (!t) return;
+    this._typingOut.delete(convId);
+    if (t.idle) this._timers.clear(t.idle);
+    this._sendTyping(convId, 'stopped');
+  }
+
+  _sendTyping(convId, state) {
+    // Frames on one socket are answered in order, so a "stopped" never overtakes its "started".
+    if (this._ws && this._ws.readyState === 1) this._wsCall('typing', { conv_id: convId, state }).catch(() => {});
+  }
+
+  /** Applies a typing push: one member's change, or (read fanout) the whole set. */
+  _onTyping(f) {
+    if (typeof f.conv_id !== 'string' || typeof f.user_id !== 'string') return;
+    let t = this._typingIn.get(f.conv_id);
+    if (!t) this._typingIn.set(f.conv_id, (t = { users: new Map(), count: 0, timer: null }));
+    const until = Date.now() + Math.max(0, Math.min(Number(f.expires_in_ms) || 0, 6000));
+    if (Array.isArray(f.typers)) { // a read-fanout set replaces what was shown
+      t.users = new Map(f.typers.filter((u) => typeof u === 'string').map((u) => [u, until]));
+      t.count = Number(f.count) || t.users.size;
+    } else {
+      if (f.state === 'started') t.users.set(f.user_id, until);
+      else t.users.delete(f.user_id);
+      t.count = t.users.size;
+    }
+    // Hidden by the client once its time passes (the server sends nothing more in write fanout).
+    if (t.timer) this._timers.clear(t.timer);
+    const next = Math.min(...[...t.users.values()]);
+    t.timer = Number.isFinite(next) ? this._timers.set(() => { t.timer = null; this._expireTyping(f.conv_id); }, next - Date.now()) : null;
+    this._touch(new Set([f.conv_id]));
+    this.dispatchEvent(new CustomEventish('typing', { convId: f.conv_id }));
+  }
+
+  _expireTyping(convId) {
+    const t = this._typingIn.get(convId);
+    if (!t) return;
+    const now = Date.now();
+    for (const [u, at] of t.users) if (at <= now) t.users.delete(u);
+    t.count = Math.min(t.count, t.users.size === 0 ? 0 : t.count);
+    if (t.users.size === 0) this._typingIn.delete(convId);
+    else {
+      const next = Math.min(...t.users.values());
+      t.timer = this._timers.set(() => { t.timer = null; this._expireTyping(convId); }, next - now);
+    }
+    this._touch(new Set([convId]));
+    this.dispatchEvent(new CustomEventish('typing', { convId }));
+  }
+
   // ---- actions ----
 
   /** Opens (or finds) the direct conversation with peerId. */
@@ -270,6 +363,7 @@ export class ParleyClient extends EventTarget {
    * Returns the client_msg_id.
    */
   send(convId, content, { contentType = ContentType.TEXT, extra = null } = {}) {
+    this.stopTyping(convId); // sending ends typing
     if (typeof content === 'string') content = { text: content };
     const p = this.state.enqueue(convId, contentType, content, extra);
     this._afterChange();
@@ -605,6 +699,9 @@ export class ParleyClient extends EventTarget {
       case 'changes':
         this.state.applyBriefs(f.mark ?? 0, f.conversations ?? []);
         break;
+      case 'typing':
+        this._onTyping(f);
+        return;
       case 'receipts': {
         let cache = this._receipts.get(f.conv_id);
         if (!cache) this._receipts.set(f.conv_id, (cache = new Map()));
