@@ -77,7 +77,13 @@ func presenceDevices(t *testing.T, a, b, w *node) {
 	wantState(t, "d2 active", presencePush(t, watcher, "alice"), "online")
 	d1.conn.Close()
 	d2.conn.Close()
+	// The two closes race, on two nodes or two goroutines: when d2's is seen first alice
+	// is away for a moment (only d1, which said away, is left), and that frame is right.
+	// Anything else before the offline is not.
 	e := presencePush(t, watcher, "alice")
+	if e["state"] == "away" {
+		e = presencePush(t, watcher, "alice")
+	}
 	wantState(t, "both gone, after the grace", e, "offline")
 	if at, _ := e["last_active_at"].(string); at == "" || at[len(at)-3:] != "00Z" {
 		t.Errorf("last_active_at %q, want a time to the minute", at)
