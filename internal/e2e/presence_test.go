@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley/internal/bus"
+	"github.com/parleychat/parley/internal/parleytest"
 	"github.com/parleychat/parley/internal/server"
 )
 
@@ -157,6 +158,7 @@ func TestNodesPresenceNodeDies(t *testing.T) {
 // TestPresenceNoOracle: asking about a user one shares no conversation with answers the
 // same bytes as asking about a user who hides their presence.
 func TestPresenceNoOracle(t *testing.T) {
+	parleytest.OneNode(t, "it compares the bytes of answers that a balancer may take from nodes that have not yet heard alice connect or hide")
 	n := start(t, fastPresence(100*time.Millisecond, time.Millisecond))
 	alice, bob, carol := n.user(t, "alice"), n.user(t, "bob"), n.user(t, "carol")
 	n.direct(t, bob, "alice")
@@ -209,6 +211,7 @@ func TestPresenceSubscriptionCap(t *testing.T) {
 // TestPresenceCoalesced: many flaps of one user within the coalescing window reach a
 // watcher as at most one update, then the last state once the window has passed.
 func TestPresenceCoalesced(t *testing.T) {
+	parleytest.OneNode(t, "it moves one node's clock and reads one node's metric")
 	var clk clock
 	n := start(t, withClock(&clk), fastPresence(100*time.Millisecond, 5*time.Second))
 	alice, bob := n.user(t, "alice"), n.user(t, "bob")
