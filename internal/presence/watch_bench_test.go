@@ -63,3 +63,28 @@ func BenchmarkWatchMemory(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkCloseWatchersOfOneUser closes, one by one, 10,000 watchers of the same user
+// (someone everyone follows, as at a connection storm's end): the cost per close must
+// not grow with the user's watchers.
+func BenchmarkCloseWatchersOfOneUser(b *testing.B) {
+	const n = 10_000
+	now := time.Unix(1_800_000_000, 0)
+	tr := New(Config{Tick: time.Hour}, func() time.Time { return now }, nil)
+	defer tr.Close()
+	ws := make([]*Watcher, n)
+	for b.Loop() {
+		b.StopTimer()
+		for i := range ws {
+			ws[i] = tr.NewWatcher(func() {})
+			if _, err := ws[i].Watch([]string{"star"}, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		for _, w := range ws {
+			w.Close()
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/close")
+}
