@@ -142,7 +142,7 @@ func (t *Tracker) receive(data []byte) {
 		case kindHidden:
 			if u := t.users[e.ID]; u != nil && u.hidden != e.Hidden {
 				u.hidden = e.Hidden
-				t.changedLocked(e.ID, u)
+				t.changedLocked(u)
 			}
 		case kindStates, kindBeat:
 			t.remoteLocked(e, m.Node, now)
@@ -172,5 +172,5 @@ func (t *Tracker) remoteLocked(e wireEntry, node string, now time.Time) {
 		}
 		u.remote[node] = remote{state: e.State, expires: now.Add(t.cfg.Timeout)}
 	}
-	t.changedLocked(e.ID, u)
+	t.changedLocked(u)
 }

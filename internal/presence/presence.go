@@ -14,6 +14,7 @@
 package presence
 
 import (
+	"strings"
 	"sync"
 	"time"
 )
@@ -120,6 +121,10 @@ type Tracker struct {
 	local   int                 // users with a device connected here
 	remotes int                 // news of other nodes held, for expiry sweeps
 	outbox  []wireEntry         // this node's changes for the bus, published after the turn
+	// The numbers subscriptions name users and watchers by: a user has one while watched,
+	// a watcher while it follows anyone.
+	userNums    numbering[*user]
+	watcherNums numbering[*Watcher]
 
 	stop chan struct{}
 	done chan struct{}
@@ -128,10 +133,12 @@ type Tracker struct {
 // user is what the tracker knows of one user. It exists while the user has devices here,
 // news from other nodes, watchers, or a state handed out that is not offline.
 type user struct {
+	id       string             // the key of the record in Tracker.users, the one copy kept
 	devices  map[string]*device // this node's devices
 	leftAt   time.Time          // when the last device here left (grace), zero otherwise
 	remote   map[string]remote  // node -> what it told
-	watchers map[*Watcher]struct{}
+	watchers watcherSet
+	num      uint32 // the user's number while watched (watchers not empty), else 0
 	hidden   bool
 	told     State     // this node's state of the user last published on the bus
 	shown    State     // the state last handed to watchers
@@ -202,7 +209,10 @@ func (t *Tracker) run() {
 func (t *Tracker) userLocked(id string) *user {
 	u := t.users[id]
 	if u == nil {
-		u = &user{}
+		// A copy of its own: id may be a string decoded from a frame, whose memory the
+		// record would otherwise keep for its life.
+		id = strings.Clone(id)
+		u = &user{id: id}
 		t.users[id] = u
 	}
 	return u
@@ -226,7 +236,7 @@ func (t *Tracker) Connected(userID, deviceID string) {
 	d.conns++
 	u.leftAt = time.Time{}
 	delete(t.leaving, userID)
-	t.changedLocked(userID, u)
+	t.changedLocked(u)
 }
 
 // Disconnected ends a connection Connected counted. The device's away flag goes with its
@@ -248,10 +258,10 @@ func (t *Tracker) Disconnected(userID, deviceID string) {
 		t.local--
 		t.obs.SetPresenceUsers(t.local)
 		u.leftAt = t.now()
-		t.leaving[userID] = struct{}{} // Turn ends the grace
+		t.leaving[u.id] = struct{}{} // Turn ends the grace
 		return
 	}
-	t.changedLocked(userID, u)
+	t.changedLocked(u)
 }
 
 // SetAway sets whether the device says its user is away; it is kept while the device has
@@ -261,7 +271,7 @@ func (t *Tracker) SetAway(userID, deviceID string, away bool) {
 	defer t.mu.Unlock()
 	if u := t.users[userID]; u != nil && u.devices[deviceID] != nil {
 		u.devices[deviceID].away = away
-		t.changedLocked(userID, u)
+		t.changedLocked(u)
 	}
 }
 
@@ -278,14 +288,14 @@ func (t *Tracker) SetHidden(userID string, hidden bool) {
 	}
 	if u.hidden != hidden {
 		u.hidden = hidden
-		t.changedLocked(userID, u)
+		t.changedLocked(u)
 	}
 }
 
 // changedLocked marks the user for the next turn. Lock should be held.
-func (t *Tracker) changedLocked(id string, u *user) {
-	if len(u.watchers) > 0 || t.pub != nil {
-		t.dirty[id] = struct{}{}
+func (t *Tracker) changedLocked(u *user) {
+	if u.watchers.len() > 0 || t.pub != nil {
+		t.dirty[u.id] = struct{}{}
 	}
 }
 
@@ -424,9 +434,10 @@ func (t *Tracker) deliverLocked(now time.Time) {
 		u.shown, u.shownAt = s, now
 		t.publishChangeLocked(id, u)
 		e := t.entryLocked(id, u, now)
-		for w := range u.watchers {
+		u.watchers.each(func(n uint32) {
+			w := t.watcherNums.get(n)
 			batches[w] = append(batches[w], e)
-		}
+		})
 		t.forgetLocked(id, u)
 	}
 	for w, b := range batches {
@@ -437,7 +448,7 @@ func (t *Tracker) deliverLocked(now time.Time) {
 
 // forgetLocked drops a user the tracker has nothing more to say of. Lock should be held.
 func (t *Tracker) forgetLocked(id string, u *user) {
-	if len(u.devices) == 0 && u.leftAt.IsZero() && len(u.remote) == 0 && len(u.watchers) == 0 &&
+	if len(u.devices) == 0 && u.leftAt.IsZero() && len(u.remote) == 0 && u.watchers.len() == 0 &&
 		!u.hidden && u.shown == Offline && u.last == 0 {
 		delete(t.users, id)
 	}
