@@ -140,6 +140,12 @@ type Options struct {
 	// ExpiresInMS unless a newer push of the same conversation replaces it: the app hides it
 	// after that by itself.
 	OnTyping func(TypingPush)
+	// OnPresence, if set, receives the presence of the users SubscribePresence follows
+	// (section 9.11): each subscribe answer (the app's, and the SDK's own after a
+	// reconnect), then every change the server pushes, in the order the server sent them; a
+	// later entry of a user replaces an earlier one. It runs on the connection's reader,
+	// possibly concurrently with OnEvent, and must return quickly.
+	OnPresence func([]Presence)
 	// OnReset receives a snapshot whenever the session (re)starts from one: on the first Run
 	// when Cursor is 0, and when the server answers 410 (cursor expired) or 409 (cursor ahead
 	// of the server). State built from earlier events should be replaced by it; events that
@@ -211,6 +217,8 @@ type Client struct {
 
 	typing typists // this device's typing, throttled (typing.go)
 
+	presence presenceSubs // the users followed and this device's away (presence.go)
+
 	running atomic.Bool // a Run is active; there is one session per Client
 
 	bgMu sync.Mutex  // guards bg
@@ -248,6 +256,7 @@ func New(opts Options) *Client {
 	}
 	c.cursor.Store(opts.Cursor)
 	c.delivered.init()
+	c.presence.init()
 	return c
 }
 

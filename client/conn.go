@@ -68,7 +68,8 @@ func (cn *wsConn) serve(ctx context.Context) connEnd {
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Go(cn.keepalive)
-	wg.Go(func() { cn.c.reopen(ctx, cn) }) // open state lives with the connection
+	wg.Go(func() { cn.c.reopen(ctx, cn) })          // open state lives with the connection
+	wg.Go(func() { cn.c.restorePresence(ctx, cn) }) // and so do presence subscriptions
 	end := cn.readLoop()
 	cn.shutdown()
 	wg.Wait()
@@ -139,8 +140,8 @@ func (cn *wsConn) readLoop() connEnd {
 	}
 }
 
-// inFrame is any server frame: a push (op "event", "error", or one of read fanout's
-// "message", "notice", "changes", "receipts"; no id) or a reply (id set).
+// inFrame is any server frame: a push (op "event", "error", "typing", "presence", or one of
+// read fanout's "message", "notice", "changes", "receipts"; no id) or a reply (id set).
 type inFrame struct {
 	ID         string     `json:"id"`
 	Op         string     `json:"op"`
@@ -154,6 +155,7 @@ type inFrame struct {
 	Conversations []ConversationBrief `json:"conversations"` // "changes"
 	ConvID        string              `json:"conv_id"`       // "receipts"
 	Receipts      []Receipts          `json:"receipts"`      // "receipts"
+	Presence      []Presence          `json:"presence"`      // "presence", and the answer of "presence_subscribe"
 }
 
 // reply is a reply frame as the reader decoded it: its envelope, and the whole frame for
@@ -191,6 +193,9 @@ func (cn *wsConn) handle(data []byte) (end connEnd, stop bool) {
 	case f.ID == "" && f.Op != protocol.OpError && f.Op != "":
 		cn.c.readFanoutPush(f.Op, &f, data)
 	case f.ID != "":
+		if f.Code == 0 {
+			cn.c.presenceFrame(f.Presence) // on the reader, before any push that follows it
+		}
 		cn.resolve(f.ID, reply{code: f.Code, msg: f.Error, retryAfter: f.RetryAfter, data: data})
 	case f.Op == protocol.OpError:
 		cn.c.log.Info("parley: server refused the session", "code", f.Code, "error", f.Error)

@@ -27,6 +27,12 @@
 // a keystroke, at StopTyping, or when Send sends into the conversation. OnTyping receives
 // the pushes; a "started" holds for its ExpiresInMS unless a newer push replaces it.
 //
+// Presence (section 9.11): SubscribePresence follows up to 500 users (adding to the set, or
+// replacing it) and UnsubscribePresence stops; OnPresence receives each answer and then every
+// change, in the server's order, and the SDK subscribes again after every reconnect.
+// SetAway says this device is away or back; GetPresence asks once over HTTP without
+// following; SetPresenceHidden hides the user from everyone (a hidden user looks offline).
+//
 // Send is the one call that retries by itself. It keeps a single client_msg_id for a message
 // and re-sends it until the server acknowledges it (the server deduplicates on that id), so a
 // message is stored once however many networks, timeouts and server restarts it crosses.

@@ -326,8 +326,21 @@ func (fc *fakeConn) readLoop() {
 				}{id, 0, b})
 			}
 			fc.frames <- fr
-		case protocol.OpClose:
+		case protocol.OpClose, protocol.OpPresenceUnsubscribe, protocol.OpPresenceSet:
 			fc.write(protocol.ReplyFrame{ID: id})
+			fc.frames <- fr
+		case protocol.OpPresenceSubscribe: // everyone is offline
+			var req protocol.PresenceSubscribeRequest
+			_ = json.Unmarshal(data, &req)
+			out := struct {
+				ID   string `json:"id"`
+				Code int    `json:"code"`
+				protocol.PresenceList
+			}{ID: id, PresenceList: protocol.PresenceList{Presence: []protocol.Presence{}}}
+			for _, u := range req.Users {
+				out.Presence = append(out.Presence, protocol.Presence{UserID: u, State: protocol.PresenceOffline})
+			}
+			fc.write(out)
 			fc.frames <- fr
 		case protocol.OpSend:
 			var req protocol.SendRequest

@@ -763,6 +763,8 @@ func (c *Client) readFanoutPush(op string, f *inFrame, data []byte) {
 		if c.opts.OnTyping != nil && json.Unmarshal(data, &p) == nil && p.ConvID != "" {
 			c.opts.OnTyping(p)
 		}
+	case protocol.OpPresence:
+		c.presenceFrame(f.Presence)
 	default:
 		c.log.Debug("parley: unexpected push", "op", op)
 	}

@@ -91,7 +91,7 @@ type ConversationBrief struct {
 	Removed bool `json:"removed,omitempty"`
 	// OnlineCount is, in a read-fanout group only, about how many of its members are online
 	// or away on any node, counted at most every 10 s (a large group sends no per-member
-	// presence; docs/protocol.md 9.10). Absent in write-fanout conversations, whose members'
+	// presence; docs/protocol.md 9.11). Absent in write-fanout conversations, whose members'
 	// presence is subscribed to one by one.
 	OnlineCount *int `json:"online_count,omitempty"`
 }
@@ -243,7 +243,7 @@ type Me struct {
 	DeviceID string `json:"device_id"`
 	Name     string `json:"name"`
 	// Presence is the caller's presence setting: PresenceVisible, or PresenceHidden when
-	// they hide their presence from everyone (PATCH /v1/me; docs/protocol.md 9.10).
+	// they hide their presence from everyone (PATCH /v1/me; docs/protocol.md 9.11).
 	Presence string `json:"presence"`
 }
 

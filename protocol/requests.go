@@ -153,7 +153,7 @@ type ReplyFrame struct {
 	RetryAfter int    `json:"retry_after,omitempty"`
 }
 
-// Presence (section 9.10): a connection subscribes to the presence of up to
+// Presence (section 9.11): a connection subscribes to the presence of up to
 // MaxPresenceSubscriptions users ("presence_subscribe", "presence_unsubscribe"), is answered
 // their current presence, then pushed their changes ("presence"); a device says it is away
 // or active ("presence_set").

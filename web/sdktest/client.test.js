@@ -299,5 +299,5 @@ test('members come from the members call, every page, with names', async () => {
   assert.deepEqual(list.map((m) => m.name), ['Alice', 'Bob']);
   assert.deepEqual(c.members(CONV), ['alice', 'bob']);
   assert.deepEqual(c.memberList(CONV).map((m) => m.user_id), ['alice', 'bob']);
-  assert.deepEqual(await c.me(), { user_id: 'alice', device_id: 'web', name: 'Alice' });
+  assert.deepEqual(await c.me(), { user_id: 'alice', device_id: 'web', name: 'Alice', presence: 'visible' });
 });

@@ -18,6 +18,9 @@ export class FakeServer {
     this.retainedFrom = 1; // events below this cursor were pruned: older cursors get 410
     this.log = []; // alice's events, cursor = index + 1
     this.typing = []; // "conv_id state" of every typing frame alice sent
+    this.presence = new Map(); // user_id -> {user_id, state, last_active_at?}; offline when absent
+    this.presenceOps = []; // every presence_* frame alice sent, without its id
+    this.hidden = false; // alice's PATCH /v1/me presence
     this.msgs = []; // the conversation, seq = index + 1
     this.byCmid = new Map(); // "sender client_msg_id" -> ack
     this.positions = { alice: { read: 0, delivered: 0 }, bob: { read: 0, delivered: 0 } };
@@ -85,12 +88,17 @@ export class FakeServer {
     return m;
   }
 
-  /** Appends an event to alice's log and pushes it to her connected sockets. */
+  /** A user's presence as the server answers it. */
+  presenceOf(id) {
+    return this.presence.get(id) ?? { user_id: id, state: 'offline' };
+  }
+
   /** Pushes a frame that is not an event (a typing push) to every open socket. */
   pushAll(frame) {
     for (const ws of this.sockets) ws.push(frame);
   }
 
+  /** Appends an event to alice's log and pushes it to her connected sockets. */
   emit(type, data) {
     const ev = { cursor: this.log.length + 1, type, conv_id: CONV, ts: Date.now(), data };
     this.log.push(ev);
@@ -247,7 +255,12 @@ export class FakeServer {
         return ok({ members: first ? all.slice(0, 1) : all.slice(1), has_more: first, next: first ? 'm2' : '' });
       }
       case 'GET /v1/me':
-        return ok({ user_id: 'alice', device_id: 'web', name: 'Alice' });
+        return ok({ user_id: 'alice', device_id: 'web', name: 'Alice', presence: this.hidden ? 'hidden' : 'visible' });
+      case 'PATCH /v1/me':
+        if (body.presence !== undefined) this.hidden = body.presence === 'hidden';
+        return ok({ user_id: 'alice', device_id: 'web', name: 'Alice', presence: this.hidden ? 'hidden' : 'visible' });
+      case 'GET /v1/presence':
+        return ok({ presence: (u.searchParams.get('users') ?? '').split(',').map((id) => this.presenceOf(id)) });
       case 'GET /v1/sync': {
         let r = this.syncFrom(q('cursor'), q('limit') || 100);
         if (r.error) return json(r.error, { code: r.error, error: `sync error ${r.error}` });
@@ -379,6 +392,17 @@ class FakeWebSocket {
         s.typing.push(`${f.conv_id} ${f.state}`);
         this.push({ id: f.id, code: 0, forwarded: true });
         return;
+      case 'presence_subscribe': {
+        const { id, ...op } = f;
+        s.presenceOps.push(op);
+        return this.push({ id, code: 0, presence: f.users.map((u) => s.presenceOf(u)) });
+      }
+      case 'presence_unsubscribe':
+      case 'presence_set': {
+        const { id, ...op } = f;
+        s.presenceOps.push(op);
+        return this.push({ id, code: 0 });
+      }
       case 'close':
         this.opened.delete(f.conv_id);
         this.push({ id: f.id, code: 0 });

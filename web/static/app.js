@@ -5,7 +5,7 @@
 // ?backoff=<base ms>,<max ms>. The session (user, device, token) lives in sessionStorage, so
 // each tab can be a different device; the synced state lives in localStorage (see the SDK).
 
-import { ParleyClient, MsgState, ContentType, messageText, attachmentOf, attachmentLabel, formatBytes } from './sdk/parley.js';
+import { ParleyClient, MAX_PRESENCE_SUBSCRIPTIONS, MsgState, ContentType, messageText, attachmentOf, attachmentLabel, formatBytes } from './sdk/parley.js';
 import { WebPushSetup } from './push.js';
 
 const $ = (id) => document.getElementById(id);
@@ -32,6 +32,7 @@ if (params.get('backoff')) {
 let client = null;
 let session = null;
 let pushSetup = null; // this device's Web Push (push.js), while signed in
+let presenceFollowed = ''; // the direct chats' peers subscribed to, joined by commas
 let openConv = null;
 let openedAt = null; // conv_id the chat view was last set up for
 let renderQueued = false;
@@ -136,6 +137,9 @@ async function signOut(message = '') {
   if (c) await c.forget();
   openConv = null;
   openedAt = null;
+  presenceFollowed = '';
+  $('presence-hidden').checked = false;
+  $('presence-hidden').disabled = true;
   $('conv-list').replaceChildren();
   $('messages').replaceChildren();
   history.replaceState(null, '', location.pathname + location.search);
@@ -159,6 +163,7 @@ async function startApp(s) {
   window.parleyClient = client; // for debugging and the browser tests
   client.addEventListener('change', scheduleRender);
   client.addEventListener('status', renderStatus);
+  client.addEventListener('presence', scheduleRender);
   client.addEventListener('autherror', () => signOut('Your session ended: the server refused the token. Sign in again.'));
   client.addEventListener('replaced', () => showNotice('This device connected from another tab or window, so this one stopped.'));
   renderStatus();
@@ -166,6 +171,55 @@ async function startApp(s) {
   initPush(pushSetup);
   await client.start();
   route();
+  initPresence(client);
+}
+
+// ---- presence: the list's online dots, "Appear offline", away while the page is hidden ----
+
+/** Reads the stored "Appear offline" setting, and says away if the page starts hidden. */
+async function initPresence(c) {
+  const box = $('presence-hidden');
+  if (document.hidden) c.setAway(true).catch(() => {});
+  try {
+    const me = await c.me();
+    if (c !== client) return;
+    box.checked = me.presence === 'hidden';
+    box.disabled = false;
+  } catch { /* the box stays disabled: the next sign-in tries again */ }
+}
+
+async function togglePresenceHidden() {
+  const box = $('presence-hidden');
+  const hidden = box.checked;
+  box.disabled = true;
+  try {
+    const me = await client.setPresenceHidden(hidden);
+    box.checked = me.presence === 'hidden';
+  } catch (e) {
+    box.checked = !hidden;
+    showNotice(`Could not ${hidden ? 'hide' : 'show'} your presence: ${e.message}`, false);
+  } finally {
+    box.disabled = false;
+  }
+}
+
+/**
+ * Follows the presence of the direct chats' peers (the first 500 of the list), subscribing
+ * again only when they change: a new peer is checked by the server at its subscription.
+ */
+function followPresence(convs) {
+  const peers = [...new Set(convs.filter((c) => c.type === 'direct').map((c) => client.peerOf(c.conv_id)).filter(Boolean))]
+    .slice(0, MAX_PRESENCE_SUBSCRIPTIONS);
+  const key = peers.join(',');
+  if (key === presenceFollowed) return;
+  presenceFollowed = key;
+  client.subscribePresence(peers, { replace: true }).catch(() => { presenceFollowed = ''; }); // the next render tries again
+}
+
+/** The dot of a direct chat: "online", "away", or "" (offline, unknown, or a group). */
+function presenceOf(c) {
+  const st = c.type === 'direct' ? client.presence(client.peerOf(c.conv_id))?.state : '';
+  return st === 'online' || st === 'away' ? st : '';
 }
 
 // ---- Web Push: the "Enable notifications" button ----
@@ -311,6 +365,7 @@ function reconcile(parent, items) {
 function renderList() {
   const convs = client.conversations();
   $('conv-empty').hidden = convs.length > 0;
+  followPresence(convs);
   const items = convs.map((c) => {
     const unread = client.unread(c.conv_id);
     const title = convTitle(c);
@@ -318,9 +373,10 @@ function renderList() {
     const time = last ? shortTime(last.created_at) : '';
     const text = preview(c);
     const current = c.conv_id === openConv;
+    const presence = presenceOf(c);
     return {
       key: c.conv_id, tag: 'li',
-      sig: JSON.stringify([title, text, time, unread, current, c.type]),
+      sig: JSON.stringify([title, text, time, unread, current, c.type, presence]),
       build(li) {
         let b = li.querySelector('button.conv');
         if (!b) b = li.appendChild(el('button', { type: 'button', 'data-conv': c.conv_id }));
@@ -328,10 +384,12 @@ function renderList() {
         b.dataset.unread = String(unread);
         if (current) b.setAttribute('aria-current', 'true');
         else b.removeAttribute('aria-current');
-        const label = `${title}${c.type === 'group' ? ' (group)' : ''}. ${unread ? `${unread} unread. ` : ''}${text}${time ? `, ${time}` : ''}`;
+        const label = `${title}${c.type === 'group' ? ' (group)' : ''}${presence ? `, ${presence}` : ''}. ${unread ? `${unread} unread. ` : ''}${text}${time ? `, ${time}` : ''}`;
         b.setAttribute('aria-label', label);
+        const face = avatar(title);
+        if (presence) face.append(el('span', { class: 'presence-dot', 'data-presence': presence }));
         b.replaceChildren(
-          avatar(title),
+          face,
           el('span', { class: 'conv-main' }, el('span', { class: 'conv-title' }, title), el('span', { class: 'conv-last' }, text)),
           el('span', { class: 'conv-meta' }, el('span', { class: 'conv-time' }, time),
             unread ? el('span', { class: 'badge', 'aria-hidden': 'true' }, unread > 99 ? '99+' : String(unread)) : ''),
@@ -680,6 +738,10 @@ function bindApp() {
   window.addEventListener('hashchange', route);
   window.addEventListener('popstate', route);
   document.addEventListener('visibilitychange', render);
+  // Presence (protocol 9.11): a hidden page says this device is away; the user shows away
+  // once every device of theirs is.
+  document.addEventListener('visibilitychange', () => client?.setAway(document.hidden).catch(() => {}));
+  $('presence-hidden').addEventListener('change', togglePresenceHidden);
   $('signout').addEventListener('click', () => signOut());
   $('push-toggle').addEventListener('click', togglePush);
   // A click on a notification (sw.js) asks an open page to show that conversation.

@@ -35,6 +35,9 @@ const URL_MARGIN = 5 * 60 * 1000;
 /** The page size the SDK asks of paged calls: the largest the server gives (protocol 5.4). */
 const MAX_LIST_LIMIT = 500;
 
+/** Presence (section 9.11): how many users one connection follows. */
+export const MAX_PRESENCE_SUBSCRIPTIONS = 500;
+
 /** Typing (section 9.10): one "started" per 3 s while typing, "stopped" 5 s after the last keystroke. */
 const TYPING_EVERY_MS = 3000;
 const TYPING_IDLE_MS = 5000;
@@ -106,7 +109,8 @@ function defaultStorage() {
  * (detail: {status, transport}; status is "connecting", "online" or "offline"), "autherror"
  * (the token was refused: the client stopped), "replaced" (another connection of the same
  * device took over: the client stopped), "retry" (detail: {attempt, delay}: the client waits
- * delay ms before connecting again).
+ * delay ms before connecting again), "typing" (detail.convId: typing(convId) changed),
+ * "presence" (detail.users: the user_ids whose presence() changed).
  *
  * A WebSocket that closes within stableAfter ms of opening counts as a failure, like one
  * that never opens: the backoff keeps growing instead of restarting, so a server (or a
@@ -171,6 +175,11 @@ export class ParleyClient extends EventTarget {
     // elsewhere (conv_id -> {users: Map(user_id -> expires at, ms), count, expiry timer}).
     this._typingOut = new Map();
     this._typingIn = new Map();
+    // Presence (section 9.11): the users the app follows and this device's away, told again
+    // on every new socket, and the latest state of each (user_id -> {state, last_active_at?}).
+    this._presenceUsers = new Set();
+    this._away = false;
+    this._presence = new Map();
     this._wake = null;
     this._saveTimer = null;
     this._membersTimer = null;
@@ -336,6 +345,92 @@ export class ParleyClient extends EventTarget {
     }
     this._touch(new Set([convId]));
     this.dispatchEvent(new CustomEventish('typing', { convId }));
+  }
+
+  // ---- presence (section 9.11) ----
+
+  /**
+   * The latest presence of a user followed with subscribePresence: {state, last_active_at?},
+   * state "online", "away" or "offline" (last_active_at, RFC 3339 to the minute, only for
+   * away and offline, when known), or null before the first answer. A user one may not see,
+   * or who hides their presence, is "offline" with no last_active_at.
+   */
+  presence(userId) { return this._presence.get(userId) ?? null; }
+
+  /**
+   * Follows the presence of users (at most 500 in all, else a 400 ParleyError and nothing
+   * changes), adding them to the set, or with replace in its place. Resolves with the
+   * answer's entries; every answer and change is also applied to presence() and announced
+   * by a "presence" event (detail.users: the user_ids that changed). The client subscribes
+   * again after every reconnect. Presence needs the WebSocket: offline (or long-polling),
+   * the wish is only recorded and this resolves with [].
+   */
+  async subscribePresence(users, { replace = false } = {}) {
+    const next = new Set(replace ? users : [...this._presenceUsers, ...users]);
+    if (next.size > MAX_PRESENCE_SUBSCRIPTIONS) {
+      throw new ParleyError(400, `presence: at most ${MAX_PRESENCE_SUBSCRIPTIONS} users are followed`);
+    }
+    const ws = this._ws?.readyState === 1;
+    const r = ws ? await this._wsCall('presence_subscribe', { users, ...(replace ? { replace: true } : {}) }) : null;
+    this._presenceUsers = next;
+    for (const u of [...this._presence.keys()]) if (!next.has(u)) this._presence.delete(u);
+    if (!r) return [];
+    this._applyPresence(r.presence);
+    return r.presence ?? [];
+  }
+
+  /** Stops following users: their presence() is null again. */
+  async unsubscribePresence(users) {
+    for (const u of users) {
+      this._presenceUsers.delete(u);
+      this._presence.delete(u);
+    }
+    if (this._ws?.readyState === 1) await this._wsCall('presence_unsubscribe', { users }).catch(() => {});
+  }
+
+  /**
+   * Says whether this device is away (its window hidden, its user idle): the user shows
+   * away once every connected device is. Told again after every reconnect.
+   */
+  async setAway(away) {
+    this._away = !!away;
+    if (this._ws?.readyState === 1) await this._wsCall('presence_set', { state: away ? 'away' : 'active' });
+  }
+
+  /** The presence of users now, over HTTP (GET /v1/presence, at most 500), without following them. */
+  async getPresence(users) {
+    const r = await this._http('GET', `/v1/presence?users=${users.map(encodeURIComponent).join(',')}`);
+    return r.presence ?? [];
+  }
+
+  /**
+   * Hides the user's presence from everyone, on every device (hidden true), or shows it
+   * again: PATCH /v1/me. A hidden user looks offline to others. Resolves with /v1/me's answer.
+   */
+  setPresenceHidden(hidden) {
+    return this._http('PATCH', '/v1/me', { presence: hidden ? 'hidden' : 'visible' });
+  }
+
+  /** Applies presence entries (an answer or a push) to presence() and announces them. */
+  _applyPresence(list) {
+    const users = [];
+    for (const p of Array.isArray(list) ? list : []) {
+      if (typeof p?.user_id !== 'string' || !this._presenceUsers.has(p.user_id)) continue;
+      const e = { state: p.state };
+      if (p.last_active_at) e.last_active_at = p.last_active_at;
+      this._presence.set(p.user_id, e);
+      users.push(p.user_id);
+    }
+    if (users.length) this.dispatchEvent(new CustomEventish('presence', { users }));
+  }
+
+  /** Tells a new socket what the app follows and whether this device is away. */
+  _restorePresence() {
+    if (this._presenceUsers.size) {
+      this._wsCall('presence_subscribe', { users: [...this._presenceUsers], replace: true })
+        .then((r) => this._applyPresence(r.presence), () => {});
+    }
+    if (this._away) this._wsCall('presence_set', { state: 'away' }).catch(() => {});
   }
 
   // ---- actions ----
@@ -702,6 +797,9 @@ export class ParleyClient extends EventTarget {
       case 'typing':
         this._onTyping(f);
         return;
+      case 'presence':
+        this._applyPresence(f.presence);
+        return;
       case 'receipts': {
         let cache = this._receipts.get(f.conv_id);
         if (!cache) this._receipts.set(f.conv_id, (cache = new Map()));
@@ -899,7 +997,10 @@ export class ParleyClient extends EventTarget {
     this._flushOutbox();
     this._flushPositions();
     // Open state lives with the connection: open again what the app has open.
-    if (this.mode === 'websocket') for (const id of this._open) this._openOnSocket(id);
+    if (this.mode === 'websocket') {
+      for (const id of this._open) this._openOnSocket(id);
+      this._restorePresence(); // and so do presence subscriptions
+    }
   }
 
   /** Applies a batch of events in order, stopping at a gap. */
