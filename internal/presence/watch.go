@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,15 +14,19 @@ var ErrTooMany = errors.New("presence: too many subscriptions")
 // holds the set and the changes not yet taken; the connection's writer takes them (Take)
 // after notify, which the tracker calls at most once per turn.
 //
-// A subscription costs about 8 bytes: the watcher holds the numbers of the users it
-// follows (a sorted []uint32, at most MaxSubscriptions long), and each user the numbers
-// of its watchers (a watcherSet); no user id string is kept per subscription.
+// A subscription costs about 6 bytes: the watcher holds the numbers of the users it
+// follows, sorted and stored as varint deltas (1 or 2 bytes each while the numbers are
+// dense), and each user the numbers of its watchers (a watcherSet, 4 bytes each); no user
+// id string is kept per subscription. The list is decoded whole, at most
+// MaxSubscriptions numbers, only when it changes or the watcher closes; delivery reads
+// the users' side alone.
 type Watcher struct {
 	t      *Tracker
 	notify func()
 	// Guarded by t.mu:
-	num     uint32   // this watcher's number while it follows anyone, else 0
-	users   []uint32 // the numbers of the users followed, sorted
+	num     uint32 // this watcher's number while it follows anyone, else 0
+	count   uint32 // how many users it follows
+	users   []byte // their numbers, sorted, as the uvarint deltas of appendDeltas
 	pending []Entry
 }
 
@@ -31,10 +36,47 @@ func (t *Tracker) NewWatcher(notify func()) *Watcher {
 	return &Watcher{t: t, notify: notify}
 }
 
-// follows reports whether w follows the user numbered n. Lock should be held.
-func (w *Watcher) follows(n uint32) bool {
-	_, ok := slices.BinarySearch(w.users, n)
-	return n != 0 && ok
+// followed returns the numbers of the users w follows, sorted. Lock should be held.
+func (w *Watcher) followed() []uint32 {
+	nums := make([]uint32, 0, w.count)
+	var n uint32
+	for b := w.users; len(b) > 0; {
+		d, k := binary.Uvarint(b)
+		n += uint32(d)
+		nums = append(nums, n)
+		b = b[k:]
+	}
+	return nums
+}
+
+// setFollowed makes nums (sorted, unique) the users w follows, encoded at their exact
+// length. Lock should be held.
+func (w *Watcher) setFollowed(nums []uint32) {
+	w.count = uint32(len(nums))
+	if len(nums) == 0 {
+		w.users = nil
+		return
+	}
+	size, prev := 0, uint32(0)
+	for _, n := range nums {
+		size += uvarintLen(uint64(n - prev))
+		prev = n
+	}
+	b := make([]byte, 0, size)
+	prev = 0
+	for _, n := range nums {
+		b = binary.AppendUvarint(b, uint64(n-prev))
+		prev = n
+	}
+	w.users = b
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
 }
 
 // Watch makes w follow users (replacing its set when replace is set, else adding to it)
@@ -44,11 +86,13 @@ func (w *Watcher) Watch(users []string, replace bool) ([]Entry, error) {
 	t := w.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var had []uint32
 	n := len(users)
 	if !replace {
-		n = len(w.users)
+		had = w.followed()
+		n = len(had)
 		for _, id := range users {
-			if u := t.users[id]; u == nil || !w.follows(u.num) {
+			if u := t.users[id]; u == nil || !contains(had, u.num) {
 				n++
 			}
 		}
@@ -67,7 +111,7 @@ func (w *Watcher) Watch(users []string, replace bool) ([]Entry, error) {
 		if u.num == 0 {
 			u.num = t.userNums.assign(u)
 		}
-		if !w.follows(u.num) {
+		if !contains(had, u.num) {
 			added = append(added, u.num)
 		}
 		e := t.entryLocked(u.id, u, now)
@@ -76,13 +120,19 @@ func (w *Watcher) Watch(users []string, replace bool) ([]Entry, error) {
 		}
 		out = append(out, t.shownEntryLocked(u.id, u))
 	}
-	w.addLocked(added)
+	w.addLocked(had, added)
 	return out, nil
 }
 
-// addLocked makes w follow the users numbered added (not yet followed, maybe repeated).
-// w.users is made anew, exactly as long as it needs to be. Lock should be held.
-func (w *Watcher) addLocked(added []uint32) {
+// contains reports whether sorted holds n.
+func contains(sorted []uint32, n uint32) bool {
+	_, ok := slices.BinarySearch(sorted, n)
+	return ok
+}
+
+// addLocked makes w, which follows the users numbered had, follow the users numbered
+// added too (not in had, maybe repeated). Lock should be held.
+func (w *Watcher) addLocked(had, added []uint32) {
 	if len(added) == 0 {
 		return
 	}
@@ -94,16 +144,15 @@ func (w *Watcher) addLocked(added []uint32) {
 	for _, n := range added {
 		w.t.userNums.get(n).watchers.add(w.num)
 	}
-	merged := make([]uint32, 0, len(w.users)+len(added))
-	old := w.users
-	for len(old) > 0 && len(added) > 0 {
-		if old[0] < added[0] {
-			merged, old = append(merged, old[0]), old[1:]
+	merged := make([]uint32, 0, len(had)+len(added))
+	for len(had) > 0 && len(added) > 0 {
+		if had[0] < added[0] {
+			merged, had = append(merged, had[0]), had[1:]
 		} else {
 			merged, added = append(merged, added[0]), added[1:]
 		}
 	}
-	w.users = append(append(merged, old...), added...)
+	w.setFollowed(append(append(merged, had...), added...))
 }
 
 // shownEntryLocked is the entry watchers were last handed for the user: a change not yet
@@ -124,18 +173,22 @@ func (w *Watcher) Unwatch(users []string) {
 	t := w.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	had := w.followed()
+	n := len(had)
 	for _, id := range users {
 		u := t.users[id]
 		if u == nil || u.num == 0 {
 			continue
 		}
-		if i, ok := slices.BinarySearch(w.users, u.num); ok {
-			w.users = slices.Delete(w.users, i, i+1)
+		if i, ok := slices.BinarySearch(had, u.num); ok {
+			had = slices.Delete(had, i, i+1)
 			t.unwatchLocked(u, w)
 		}
 	}
-	if len(w.users) == 0 {
+	if len(had) == 0 {
 		w.dropLocked() // gives the number back
+	} else if len(had) != n {
+		w.setFollowed(had)
 	}
 }
 
@@ -151,17 +204,17 @@ func (w *Watcher) Close() {
 func (w *Watcher) Len() int {
 	w.t.mu.Lock()
 	defer w.t.mu.Unlock()
-	return len(w.users)
+	return int(w.count)
 }
 
 // dropLocked makes w follow nobody. Each user's removal costs at most manyWatchers steps
 // (watcherSet), so that a watcher's close is bounded by MaxSubscriptions of them however
 // many others watch the same users. Lock should be held.
 func (w *Watcher) dropLocked() {
-	for _, n := range w.users {
+	for _, n := range w.followed() {
 		w.t.unwatchLocked(w.t.userNums.get(n), w)
 	}
-	w.users = nil
+	w.setFollowed(nil)
 	if w.num != 0 {
 		w.t.watcherNums.release(w.num)
 		w.num = 0

@@ -32,22 +32,23 @@ func checkIndex(t *testing.T, tr *Tracker, ws []*Watcher) {
 		}
 		u.watchers.each(func(n uint32) {
 			edges++
-			if w := tr.watcherNums.get(n); w == nil || !w.follows(u.num) {
+			if w := tr.watcherNums.get(n); w == nil || !contains(w.followed(), u.num) {
 				t.Fatalf("user %q lists watcher %d, which does not follow them", id, n)
 			}
 		})
 	}
 	for i, w := range ws {
-		if !slices.IsSorted(w.users) || len(slices.Compact(slices.Clone(w.users))) != len(w.users) {
-			t.Fatalf("watcher %d: users %v not sorted and unique", i, w.users)
+		users := w.followed()
+		if !slices.IsSorted(users) || len(slices.Compact(slices.Clone(users))) != len(users) || int(w.count) != len(users) {
+			t.Fatalf("watcher %d: users %v not sorted and unique, or not %d", i, users, w.count)
 		}
-		if (w.num != 0) != (len(w.users) > 0) {
-			t.Fatalf("watcher %d: number %d following %d", i, w.num, len(w.users))
+		if (w.num != 0) != (len(users) > 0) || slices.Contains(users, 0) {
+			t.Fatalf("watcher %d: number %d following %v", i, w.num, users)
 		}
 		if w.num != 0 && tr.watcherNums.get(w.num) != w {
 			t.Fatalf("watcher %d: number %d names another", i, w.num)
 		}
-		edges -= len(w.users)
+		edges -= len(users)
 	}
 	if edges != 0 {
 		t.Fatalf("the users list %d more subscriptions than the watchers", edges)
@@ -224,4 +225,21 @@ func TestWatchKeepsNoCallerString(t *testing.T) {
 
 func unsafeSame(a, b string) bool {
 	return len(a) == len(b) && len(a) > 0 && unsafe.StringData(a) == unsafe.StringData(b)
+}
+
+// TestFollowedRoundTrip: the watcher's encoded list gives back the numbers it was set
+// to, the largest too.
+func TestFollowedRoundTrip(t *testing.T) {
+	for _, nums := range [][]uint32{
+		nil,
+		{1},
+		{1, 2, 3, 127, 128, 129, 16_383, 16_384},
+		{5, 1 << 21, 1<<28 + 3, 1<<32 - 2, 1<<32 - 1},
+	} {
+		var w Watcher
+		w.setFollowed(nums)
+		if got := w.followed(); !slices.Equal(got, nums) || int(w.count) != len(nums) || len(w.users) != cap(w.users) {
+			t.Errorf("%v: got %v (count %d, %d of %d bytes)", nums, got, w.count, len(w.users), cap(w.users))
+		}
+	}
 }
