@@ -15,7 +15,6 @@ import (
 
 	"github.com/tus/tusd/v2/pkg/filestore"
 	tushandler "github.com/tus/tusd/v2/pkg/handler"
-	"github.com/tus/tusd/v2/pkg/memorylocker"
 	tuslog "golang.org/x/exp/slog"
 
 	"github.com/parleychat/parley/internal/blob/disk"
@@ -42,8 +41,9 @@ func newTus(s *Service) (*tusHandler, error) {
 		return nil, err
 	}
 	composer := tushandler.NewStoreComposer()
-	composer.UseCore(syncStore{filestore.New(s.dir)})
-	memorylocker.New().UseIn(composer)
+	locker := newHandoverLocker()
+	composer.UseCore(syncStore{filestore.New(s.dir), locker})
+	locker.UseIn(composer)
 	h, err := tushandler.NewUnroutedHandler(tushandler.Config{
 		StoreComposer:           composer,
 		BasePath:                BasePath,
@@ -256,14 +256,17 @@ func (s *Service) removeUpload(id string) {
 
 // syncStore is tusd's file store with every chunk fsynced before it is acknowledged: the
 // offset a client resumes from is one the server will still have after a crash.
-type syncStore struct{ filestore.FileStore }
+type syncStore struct {
+	filestore.FileStore
+	locker *handoverLocker
+}
 
 func (s syncStore) NewUpload(ctx context.Context, info tushandler.FileInfo) (tushandler.Upload, error) {
 	u, err := s.FileStore.NewUpload(ctx, info)
 	if err != nil {
 		return nil, err
 	}
-	return syncUpload{u, s.path(u)}, disk.Sync(s.Path)
+	return s.wrap(u), disk.Sync(s.Path)
 }
 
 func (s syncStore) GetUpload(ctx context.Context, id string) (tushandler.Upload, error) {
@@ -271,20 +274,23 @@ func (s syncStore) GetUpload(ctx context.Context, id string) (tushandler.Upload,
 	if err != nil {
 		return nil, err
 	}
-	return syncUpload{u, s.path(u)}, nil
+	return s.wrap(u), nil
 }
 
-func (s syncStore) path(u tushandler.Upload) string {
+func (s syncStore) wrap(u tushandler.Upload) syncUpload {
 	info, _ := u.GetInfo(context.Background()) // the file store's GetInfo never fails
-	return info.Storage[filestore.StorageKeyPath]
+	return syncUpload{u, info.ID, info.Storage[filestore.StorageKeyPath], s.locker}
 }
 
 type syncUpload struct {
 	tushandler.Upload
-	path string
+	id     string
+	path   string
+	locker *handoverLocker
 }
 
 func (u syncUpload) WriteChunk(ctx context.Context, offset int64, src io.Reader) (int64, error) {
+	u.locker.writing(u.id)
 	n, err := u.Upload.WriteChunk(ctx, offset, src)
 	if n > 0 {
 		if serr := disk.Sync(u.path); err == nil {

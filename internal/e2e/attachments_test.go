@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleychat/parley/internal/parleytest"
 	"github.com/parleychat/parley/internal/server"
 )
 
@@ -255,6 +256,62 @@ func TestAttachmentUploadResumes(t *testing.T) {
 		t.Errorf("range: %d bytes, not the file's", len(part.raw))
 	}
 	n.download(t, alice, id, "content", http.StatusNotModified, http.Header{"If-None-Match": {etag}})
+}
+
+// TestAttachmentHeadTakesOverAPatch: a client whose PATCH hangs (its connection half open)
+// asks HEAD and resumes; the server interrupts the hanging PATCH at once rather than after
+// its read timeout, keeps what it had written, and the resumed PATCH completes the upload.
+// Several rounds, under the race detector, cover the hand-over of the hanging request's
+// body.
+func TestAttachmentHeadTakesOverAPatch(t *testing.T) {
+	parleytest.OneNode(t, "the balancer reads a PATCH's body before the node does, so no node holds a hanging one")
+	n := start(t)
+	alice := n.user(t, "alice")
+	const chunk = 64 << 10
+	const rounds = 4
+	data := randomBytes(rounds*chunk+5, 2)
+	id := n.createUpload(t, alice, int64(len(data)))
+	var off int64
+	var hanging []chan error
+	for round := range rounds {
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		hanging = append(hanging, done)
+		go func(off int64) {
+			_, err := n.tusRequest("PATCH", "/v1/uploads/"+id, alice, pr, http.Header{"Upload-Offset": {strconv.FormatInt(off, 10)}})
+			done <- err
+		}(off)
+		if _, err := pw.Write(data[off : off+chunk]); err != nil {
+			t.Fatalf("round %d: writing the PATCH body: %v", round, err)
+		}
+		// A HEAD that comes before the PATCH holds the upload finds nothing to interrupt, and
+		// the client asks again. One that answers an offset past off came after the PATCH had
+		// written and stopped it: nothing else lets the PATCH go, its body never ends.
+		eventually(t, "a HEAD interrupts the hanging PATCH", func() bool {
+			got := n.uploadOffset(t, alice, id)
+			if got < off || got > off+chunk {
+				t.Fatalf("round %d: HEAD offset %d, want within [%d, %d]", round, got, off, off+chunk)
+			}
+			select {
+			case <-done:
+				done <- nil // stopped before it wrote a byte
+				return true
+			default:
+				return got > off
+			}
+		})
+		off = n.uploadOffset(t, alice, id)
+		pw.Close() // the old connection may linger until its body ends; the upload does not wait
+	}
+	for off < int64(len(data)) {
+		off = n.patch(t, alice, id, off, data[off:])
+	}
+	if got := n.download(t, alice, id, "content", http.StatusOK, nil); sha(got.raw) != sha(data) {
+		t.Fatalf("downloaded %d bytes, not the %d uploaded", len(got.raw), len(data))
+	}
+	for _, done := range hanging {
+		<-done
+	}
 }
 
 // TestAttachmentAccess: the uploader and the members who can see a message carrying the
