@@ -185,10 +185,12 @@ func (w *Watcher) Unwatch(users []string) {
 			t.unwatchLocked(u, w)
 		}
 	}
+	if len(had) == n {
+		return
+	}
+	w.setFollowed(had) // before dropLocked, which would unwatch the old list again
 	if len(had) == 0 {
 		w.dropLocked() // gives the number back
-	} else if len(had) != n {
-		w.setFollowed(had)
 	}
 }
 

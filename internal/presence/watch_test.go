@@ -243,3 +243,34 @@ func TestFollowedRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwatchEveryone: a watcher that unwatches every user it follows follows nobody, gives
+// its number back, and closes cleanly; the users, watched by nobody, are forgotten, and a
+// watcher after it follows them afresh.
+func TestUnwatchEveryone(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr := testTracker(t, &now)
+	w := tr.NewWatcher(func() {})
+	if _, err := w.Watch([]string{"a", "b"}, false); err != nil {
+		t.Fatal(err)
+	}
+	w.Unwatch([]string{"b", "a", "nobody"})
+	if w.Len() != 0 {
+		t.Fatalf("follows %d after unwatching everyone", w.Len())
+	}
+	checkIndex(t, tr, []*Watcher{w})
+	w.Close()
+	again := tr.NewWatcher(func() {})
+	if _, err := again.Watch([]string{"a"}, false); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, tr, []*Watcher{w, again})
+	tr.Connected("a", "d1")
+	tr.Turn(now)
+	if got := again.Take(); len(got) != 1 || got[0].UserID != "a" || got[0].State != Online {
+		t.Fatalf("the new watcher was handed %+v, want a online", got)
+	}
+	if got := w.Take(); got != nil {
+		t.Fatalf("the closed watcher was handed %+v", got)
+	}
+}
