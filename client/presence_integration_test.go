@@ -26,18 +26,12 @@ func fastPresence(cfg *server.Config) {
 func presenceSession(t *testing.T, s *parleytest.Server, token, userID string) (*client.Client, <-chan client.Presence) {
 	t.Helper()
 	got := make(chan client.Presence, 2*client.MaxPresenceSubscriptions) // OnPresence must not block
-	c := client.New(client.Options{BaseURL: s.URL, Token: token, UserID: userID,
+	c := connected(t, client.Options{BaseURL: s.URL, Token: token, UserID: userID,
 		OnPresence: func(ps []client.Presence) {
 			for _, p := range ps {
 				got <- p
 			}
 		}})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
 	return c, got
 }
 

@@ -13,15 +13,22 @@ import (
 func typingSession(t *testing.T, s *parleytest.Server, token, userID string) (*client.Client, <-chan client.TypingPush) {
 	t.Helper()
 	got := make(chan client.TypingPush, 64)
-	c := client.New(client.Options{BaseURL: s.URL, Token: token, UserID: userID,
+	c := connected(t, client.Options{BaseURL: s.URL, Token: token, UserID: userID,
 		OnTyping: func(p client.TypingPush) { got <- p }})
+	return c, got
+}
+
+// connected returns a Client of opts connected, closed at the test's end.
+func connected(t *testing.T, opts client.Options) *client.Client {
+	t.Helper()
+	c := client.New(opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Connect(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c, got
+	return c
 }
 
 func nextTyping(t *testing.T, got <-chan client.TypingPush) client.TypingPush {

@@ -155,6 +155,35 @@ func TestNodesPresenceNodeDies(t *testing.T) {
 	})
 }
 
+// TestNodesPresenceHide: a user who hides their presence through one node goes offline,
+// with no last_active_at, for a watcher on another node, in the frame and in GET
+// /v1/presence there; showing it again brings them back online.
+func TestNodesPresenceHide(t *testing.T) {
+	eachBus(t, func(t *testing.T, newBus busMaker) {
+		ns := startNodes(t, 2, newBus, fastPresence(100*time.Millisecond, time.Millisecond))
+		alice, bob := ns[0].user(t, "alice"), ns[0].user(t, "bob")
+		ns[0].direct(t, bob, "alice")
+		watcher := ns[1].dial(t, bob, -1)
+		subscribe(t, watcher, "alice")
+		ns[0].dial(t, alice, -1)
+		wantState(t, "connected", presencePush(t, watcher, "alice"), "online")
+
+		ns[0].ok(t, "PATCH", "/v1/me", alice, map[string]any{"presence": "hidden"})
+		e := presencePush(t, watcher, "alice")
+		wantState(t, "hidden on the other node", e, "offline")
+		if _, ok := e["last_active_at"]; ok {
+			t.Errorf("a hidden user's frame: %s, want no last_active_at", show(e))
+		}
+		got := arr(t, ns[1].ok(t, "GET", "/v1/presence?users=alice", bob, nil)["presence"])
+		if len(got) != 1 || got[0]["state"] != "offline" || got[0]["last_active_at"] != nil {
+			t.Errorf("GET /v1/presence on the other node: %s, want alice offline, no last_active_at", show(got))
+		}
+
+		ns[0].ok(t, "PATCH", "/v1/me", alice, map[string]any{"presence": "visible"})
+		wantState(t, "shown again", presencePush(t, watcher, "alice"), "online")
+	})
+}
+
 // TestPresenceNoOracle: asking about a user one shares no conversation with answers the
 // same bytes as asking about a user who hides their presence.
 func TestPresenceNoOracle(t *testing.T) {

@@ -428,3 +428,16 @@ func (p *page) screenshot(name string) string {
 	p.t.Logf("screenshot: %s", path)
 	return path
 }
+
+// aliceWithBob signs alice and bob in, each in a browser of their own, after alice has
+// started a direct chat with bob; it returns both pages and the chat's id.
+func aliceWithBob(t *testing.T, n *node, browser context.Context) (alice, bob *page, direct string) {
+	t.Helper()
+	n.devLogin("bob", "setup") // a direct chat needs bob to exist
+	alice = newPage(t, browser, "alice/laptop", true)
+	alice.signIn(n.url(), "alice", "laptop")
+	direct = alice.newDirect("bob")
+	bob = newPage(t, browser, "bob/laptop", true)
+	bob.signIn(n.url(), "bob", "laptop")
+	return alice, bob, direct
+}

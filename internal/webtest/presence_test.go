@@ -17,13 +17,7 @@ func TestPresence(t *testing.T) {
 		cfg.Presence.Coalesce = 50 * time.Millisecond
 	})
 	browser := newBrowser(t)
-	n.devLogin("bob", "setup")
-
-	alice := newPage(t, browser, "alice/laptop", true)
-	alice.signIn(n.url(), "alice", "laptop")
-	direct := alice.newDirect("bob")
-	bob := newPage(t, browser, "bob/laptop", true)
-	bob.signIn(n.url(), "bob", "laptop")
+	alice, bob, direct := aliceWithBob(t, n, browser)
 	dot := `document.querySelector('#conv-list button[data-conv="` + direct + `"] .presence-dot')?.dataset.presence`
 	// A page in the background may be away: either is a dot.
 	bob.waitJS("alice's dot", `['online', 'away'].includes(`+dot+`)`)

@@ -11,13 +11,7 @@ import (
 func TestTyping(t *testing.T) {
 	n := startNode(t)
 	browser := newBrowser(t)
-	n.devLogin("bob", "setup")
-
-	alice := newPage(t, browser, "alice/laptop", true)
-	alice.signIn(n.url(), "alice", "laptop")
-	direct := alice.newDirect("bob")
-	bob := newPage(t, browser, "bob/laptop", true)
-	bob.signIn(n.url(), "bob", "laptop")
+	alice, bob, direct := aliceWithBob(t, n, browser)
 	bob.open(direct)
 	bob.waitJS("no one typing", `document.getElementById('typing').textContent === ''`)
 
