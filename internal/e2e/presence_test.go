@@ -125,6 +125,19 @@ func TestPresenceGraceReconnect(t *testing.T) {
 	})
 }
 
+// watchAcross connects alice to ns[0] with bob, her direct contact, watching her from
+// ns[1], once bob has seen her online; it returns their tokens and bob's connection.
+func watchAcross(t *testing.T, ns []*node) (alice, bob string, watcher *wsClient) {
+	t.Helper()
+	alice, bob = ns[0].user(t, "alice"), ns[0].user(t, "bob")
+	ns[0].direct(t, bob, "alice")
+	watcher = ns[1].dial(t, bob, -1)
+	subscribe(t, watcher, "alice")
+	ns[0].dial(t, alice, -1)
+	wantState(t, "connected", presencePush(t, watcher, "alice"), "online")
+	return alice, bob, watcher
+}
+
 // TestNodesPresenceNodeDies: a node that goes silent without a goodbye (its bus cut, as
 // when it is killed) takes its users offline within the timeout, for the other nodes.
 func TestNodesPresenceNodeDies(t *testing.T) {
@@ -140,12 +153,7 @@ func TestNodesPresenceNodeDies(t *testing.T) {
 			}
 			return b
 		}, fastPresence(100*time.Millisecond, time.Millisecond))
-		alice, bob := ns[0].user(t, "alice"), ns[0].user(t, "bob")
-		ns[0].direct(t, bob, "alice")
-		watcher := ns[1].dial(t, bob, -1)
-		subscribe(t, watcher, "alice")
-		ns[0].dial(t, alice, -1)
-		wantState(t, "connected", presencePush(t, watcher, "alice"), "online")
+		_, _, watcher := watchAcross(t, ns)
 		cut.down.Store(true)
 		began := time.Now()
 		wantState(t, "node silent", presencePush(t, watcher, "alice"), "offline")
@@ -161,12 +169,7 @@ func TestNodesPresenceNodeDies(t *testing.T) {
 func TestNodesPresenceHide(t *testing.T) {
 	eachBus(t, func(t *testing.T, newBus busMaker) {
 		ns := startNodes(t, 2, newBus, fastPresence(100*time.Millisecond, time.Millisecond))
-		alice, bob := ns[0].user(t, "alice"), ns[0].user(t, "bob")
-		ns[0].direct(t, bob, "alice")
-		watcher := ns[1].dial(t, bob, -1)
-		subscribe(t, watcher, "alice")
-		ns[0].dial(t, alice, -1)
-		wantState(t, "connected", presencePush(t, watcher, "alice"), "online")
+		alice, bob, watcher := watchAcross(t, ns)
 
 		ns[0].ok(t, "PATCH", "/v1/me", alice, map[string]any{"presence": "hidden"})
 		e := presencePush(t, watcher, "alice")
