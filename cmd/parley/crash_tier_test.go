@@ -51,7 +51,7 @@ func testCrashWhileTiering(t *testing.T, step string) {
 	if step == tier.StepExpiredHot {
 		hot = "0"
 	}
-	args := []string{"--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0",
+	args := []string{"--admin-secret", crashAdminSecret, "--send-rate", "0", "--request-rate", "0", "--history-rate", "0",
 		"--hot-window", hot, "--tier-every", "50ms", "--group-retention-min", "1s"}
 	srv := startServeEnv(t, dir, []string{tierCrashEnv + "=" + step}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -64,10 +64,18 @@ func testCrashWhileTiering(t *testing.T, step string) {
 	}
 	convs := []string{conv.ConvID}
 	var short string // the group with its own retention
+	// A segment of the group must be sealed before its messages are past the retention, so
+	// the messages between the hot window and the retention must make a segment: at 10 s
+	// they do at 30 sends a second (the race detector on a busy machine), at 1 s they would
+	// need some 400. Hot messages expire at 1 s.
+	retention := int64(10)
+	if step == tier.StepExpiredHot {
+		retention = 1
+	}
 	if expiring {
 		g, err := alice.CreateGroup(ctx, "short", []string{"bob"}, false)
 		if err == nil {
-			_, err = alice.SetRetention(ctx, g.ConvID, 1)
+			_, err = alice.SetRetention(ctx, g.ConvID, retention)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -104,6 +112,8 @@ func testCrashWhileTiering(t *testing.T, step string) {
 	}
 
 	t.Logf("killed at %q after %d sends", step, len(sent))
+	ctx, cancel = context.WithTimeout(context.Background(), 90*time.Second) // the sends may have taken the first
+	defer cancel()
 	srv = startServe(t, dir, args...)
 	waitPasses(t, srv.URL, 2) // the first may have started before the restart's sends were old
 	c := client.New(client.Options{BaseURL: srv.URL, Token: tokens[1], UserID: "bob"})
@@ -113,7 +123,7 @@ func testCrashWhileTiering(t *testing.T, step string) {
 	}
 	if expiring {
 		checkHistory(ctx, t, c, short, sent, acked[short], true)
-		waitExpired(ctx, t, c, short)
+		waitExpired(ctx, t, c, short, time.Duration(retention)*time.Second)
 		passes := metricValue(t, srv.URL, `parley_tier_passes_total{outcome="ok"}`)
 		waitPasses(t, srv.URL, passes+2) // one that started after the last expired
 		if got := metricValue(t, srv.URL, "parley_tier_expired_messages_total"); got == 0 {
@@ -171,9 +181,9 @@ func checkHistory(ctx context.Context, t *testing.T, c *client.Client, convID st
 }
 
 // waitExpired waits until convID's history reads as wholly expired.
-func waitExpired(ctx context.Context, t *testing.T, c *client.Client, convID string) {
+func waitExpired(ctx context.Context, t *testing.T, c *client.Client, convID string, retention time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(retention + 20*time.Second)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -185,7 +195,7 @@ func waitExpired(ctx context.Context, t *testing.T, c *client.Client, convID str
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: seq %d still kept 20 s on, with a retention of 1 s", convID, page.Messages[0].Seq)
+			t.Fatalf("%s: seq %d still kept 20 s past the retention of %v", convID, page.Messages[0].Seq, retention)
 		}
 		<-tick.C
 	}
