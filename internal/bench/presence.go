@@ -77,6 +77,7 @@ type presenceRun struct {
 	minGap   atomic.Int64 // shortest time between two pushes read on one connection (ns; 0: none yet)
 	under1s  atomic.Int64 // pushes read less than a second after the one before on their connection
 	failed   atomic.Int64 // dials or subscriptions that failed
+	answered atomic.Int64 // presence_subscribe answers received, failed or not
 }
 
 // presenceFrame is what the bench reads of a server frame.
@@ -169,6 +170,11 @@ func (c *coord) runPresence(ctx context.Context) (*Report, error) {
 	err = parallel(ctx, n, 64, func(i int) error { return p.subscribe(p.users[i]) })
 	if err != nil {
 		return nil, err
+	}
+	// Every answer read before the sample: an answer not yet written (some 6 KB of 100
+	// entries) would count in the server's heap as the subscriptions' cost.
+	for p.answered.Load() < int64(n) && ctx.Err() == nil {
+		sleepUntil(ctx, time.Now().Add(100*time.Millisecond))
 	}
 	settle()
 	subscribed := c.memSample(ctx)
@@ -333,6 +339,9 @@ func (p *presenceRun) read(u *presenceUser, ws *websocket.Conn, gone chan struct
 		var f presenceFrame
 		if json.Unmarshal(b, &f) != nil {
 			continue
+		}
+		if f.ID == "sub" {
+			p.answered.Add(1)
 		}
 		if f.ID == "sub" && f.Code != 0 {
 			p.failed.Add(1)

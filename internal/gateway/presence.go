@@ -142,10 +142,22 @@ func (c *wsConn) presenceOp(ctx context.Context, op string, params any) (any, er
 	return nil, fmt.Errorf("gateway: presence params %T", params)
 }
 
-// writePresence pushes the presence changes waiting for the connection, in one frame.
+// writePresence pushes the presence changes waiting for the connection, in one frame, and
+// at most one frame a tick: the tracker hands changes out once a tick, but a frame written
+// late in one turn (behind others' frames, or a busy writer) and early in the next would
+// come less than a tick apart, so a frame due sooner waits, its changes with the watcher.
 func (c *wsConn) writePresence() (wrote bool, err error) {
 	w := c.watch.Load()
 	if w == nil {
+		return false, nil
+	}
+	if wait := c.g.tracker.Config().Tick - time.Since(c.presAt); wait > 0 {
+		if w.Waiting() && c.presLater.CompareAndSwap(false, true) {
+			time.AfterFunc(wait, func() { // a wake after the connection's end does nothing
+				c.presLater.Store(false)
+				c.wake()
+			})
+		}
 		return false, nil
 	}
 	es := w.Take()
@@ -161,5 +173,6 @@ func (c *wsConn) writePresence() (wrote bool, err error) {
 		return false, err
 	}
 	c.g.met.PresenceFrameSent()
+	c.presAt = time.Now()
 	return true, c.write(b)
 }

@@ -255,6 +255,10 @@ type wsConn struct {
 	// Used by one writer at a time, like cursor and last:
 	changes *protocol.ChangesPush // pushed after the first catch-up, for a connection made with ?mark=
 	held    []*hub.Event          // ephemeral pushes taken while catching up, written once it is done; at most SendQueue
+	// presAt is when the last presence frame was written; presLater is set while a timer
+	// will wake the writer once a tick has passed since, for the changes held back.
+	presAt    time.Time
+	presLater atomic.Bool
 }
 
 // followReadFanout makes the connection's subscription follow the rooms of the user's

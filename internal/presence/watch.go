@@ -202,6 +202,13 @@ func (w *Watcher) Close() {
 	w.pending = nil
 }
 
+// Waiting reports whether changes wait for w to take them.
+func (w *Watcher) Waiting() bool {
+	w.t.mu.Lock()
+	defer w.t.mu.Unlock()
+	return len(w.pending) > 0
+}
+
 // Len returns how many users w follows.
 func (w *Watcher) Len() int {
 	w.t.mu.Lock()
